@@ -1,0 +1,54 @@
+//! Subcommands: validate flags into a plan (every check before tracing starts), then run.
+
+pub mod args;
+mod live;
+mod report;
+
+use anyhow::{bail, Context, Result};
+use args::{Cli, Cmd, ListArgs};
+use ntprof_perf::profile;
+use ntprof_perf::tracefs::Tracefs;
+
+/// Run a subcommand; the value is the process exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    match cli.cmd {
+        Cmd::List(a) => list(&a).map(|_| 0),
+        Cmd::Record(a) => live::record(a),
+        Cmd::Stat(a) => live::stat(a),
+        Cmd::Report(a) => report::report(&a),
+    }
+}
+
+fn list(a: &ListArgs) -> Result<()> {
+    let tfs = match Tracefs::find(a.tracefs.as_deref()) {
+        Ok(t) => t,
+        Err(e) => bail!("{e}"),
+    };
+    println!("tracefs: {}", tfs.root().display());
+    for info in profile::all() {
+        let st = profile::check(info, &tfs);
+        let verdict = if profile::supported(&st) {
+            "supported"
+        } else {
+            "NOT supported"
+        };
+        println!("\n{:<10} {verdict}: {}", info.name, info.about);
+        for s in &st {
+            let tag = if s.req.required { "" } else { " (optional)" };
+            match &s.missing {
+                None => println!("    ok       {}:{}{tag}", s.req.system, s.req.event),
+                Some(why) => println!("    missing  {}:{}{tag}: {why}", s.req.system, s.req.event),
+            }
+        }
+        println!("    stages: {}", info.stages.join(", "));
+    }
+    Ok(())
+}
+
+/// A seconds flag as a Duration, refusing what cannot be one.
+fn seconds(flag: &str, v: f64) -> Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(v)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .with_context(|| format!("--{flag} {v}: give a positive number of seconds"))
+}

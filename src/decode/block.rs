@@ -1,0 +1,203 @@
+//! Block layer request events: `block_rq_insert`, `block_rq_issue`, `block_rq_complete`.
+
+use super::{DecodeError, FieldReader, Want};
+use crate::tracefs::EventFormat;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockKind {
+    Insert,
+    Issue,
+    Complete,
+}
+
+impl BlockKind {
+    pub fn from_event(name: &str) -> Option<BlockKind> {
+        match name {
+            "block_rq_insert" => Some(BlockKind::Insert),
+            "block_rq_issue" => Some(BlockKind::Issue),
+            "block_rq_complete" => Some(BlockKind::Complete),
+            _ => None,
+        }
+    }
+
+    fn event_name(self) -> &'static str {
+        match self {
+            BlockKind::Insert => "block:block_rq_insert",
+            BlockKind::Issue => "block:block_rq_issue",
+            BlockKind::Complete => "block:block_rq_complete",
+        }
+    }
+}
+
+/// The operation of a request, from the first letters of `rwbs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    Read,
+    Write,
+    Flush,
+    Discard,
+    Other,
+}
+
+impl Op {
+    /// `rwbs` is built by `blk_fill_rwbs`: an optional leading `F` (preflush), then the
+    /// op letter (`W`, `R`, `D`, `DE`, `F`, `N`), then flag letters (`F`ua, `A`head,
+    /// `S`ync, `M`eta).
+    pub fn from_rwbs(rwbs: &[u8]) -> Op {
+        let (preflush, rest) = match rwbs {
+            [b'F', b'W' | b'R' | b'D' | b'N' | b'F', ..] => (true, &rwbs[1..]),
+            _ => (false, rwbs),
+        };
+        match rest.first() {
+            Some(b'R') => Op::Read,
+            Some(b'W') => Op::Write,
+            Some(b'D') => Op::Discard,
+            Some(b'F') => Op::Flush,
+            Some(b'N') if preflush => Op::Flush,
+            _ => Op::Other,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Flush => "flush",
+            Op::Discard => "discard",
+            Op::Other => "other",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Op> {
+        [Op::Read, Op::Write, Op::Flush, Op::Discard, Op::Other]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
+}
+
+/// One block request event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockEvent {
+    pub kind: BlockKind,
+    /// Kernel `dev_t` encoding: major << 20 | minor.
+    pub dev: u32,
+    pub sector: u64,
+    pub nr_sector: u32,
+    /// Bytes of the request; completions carry none (`nr_sector` << 9 there).
+    pub bytes: u32,
+    pub op: Op,
+    /// Completion status (negative errno); 0 for other kinds.
+    pub error: i32,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockLayout {
+    kind: BlockKind,
+    dev: FieldReader,
+    sector: FieldReader,
+    nr_sector: FieldReader,
+    bytes: Option<FieldReader>,
+    error: Option<FieldReader>,
+    rwbs: FieldReader,
+    need: usize,
+}
+
+impl BlockLayout {
+    pub(crate) fn bind(fmt: &EventFormat, kind: BlockKind) -> Result<BlockLayout, DecodeError> {
+        let ev = kind.event_name();
+        let dev = FieldReader::bind(fmt, ev, "dev", Want::Int)?;
+        let sector = FieldReader::bind(fmt, ev, "sector", Want::Int)?;
+        let nr_sector = FieldReader::bind(fmt, ev, "nr_sector", Want::Int)?;
+        let rwbs = FieldReader::bind(fmt, ev, "rwbs", Want::CharArray)?;
+        let bytes = FieldReader::bind_opt(fmt, ev, "bytes", Want::Int)?;
+        let error = FieldReader::bind_opt(fmt, ev, "error", Want::Int)?;
+        let need = [
+            Some(dev),
+            Some(sector),
+            Some(nr_sector),
+            Some(rwbs),
+            bytes,
+            error,
+        ]
+        .into_iter()
+        .flatten()
+        .map(|f| f.end())
+        .max()
+        .unwrap_or(0);
+        Ok(BlockLayout {
+            kind,
+            dev,
+            sector,
+            nr_sector,
+            bytes,
+            error,
+            rwbs,
+            need,
+        })
+    }
+
+    #[inline]
+    pub(crate) fn decode(&self, raw: &[u8]) -> Result<BlockEvent, DecodeError> {
+        if raw.len() < self.need {
+            return Err(DecodeError::Truncated {
+                event: self.kind.event_name(),
+                need: self.need,
+                have: raw.len(),
+            });
+        }
+        let nr_sector = self.nr_sector.u32(raw);
+        Ok(BlockEvent {
+            kind: self.kind,
+            dev: self.dev.u32(raw),
+            sector: self.sector.u64(raw),
+            nr_sector,
+            bytes: self.bytes.map_or(nr_sector << 9, |f| f.u32(raw)),
+            op: Op::from_rwbs(self.rwbs.str(raw)),
+            error: self.error.map_or(0, |f| f.i64(raw) as i32),
+        })
+    }
+}
+
+/// `dev_t` as the kernel encodes it inside trace records.
+pub fn kernel_dev(major: u32, minor: u32) -> u32 {
+    (major << 20) | (minor & 0xfffff)
+}
+
+pub fn dev_major(dev: u32) -> u32 {
+    dev >> 20
+}
+
+pub fn dev_minor(dev: u32) -> u32 {
+    dev & 0xfffff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rwbs_to_op() {
+        assert_eq!(Op::from_rwbs(b"R"), Op::Read);
+        assert_eq!(Op::from_rwbs(b"RA"), Op::Read);
+        assert_eq!(Op::from_rwbs(b"WS"), Op::Write);
+        assert_eq!(Op::from_rwbs(b"WFS"), Op::Write);
+        assert_eq!(Op::from_rwbs(b"FWS"), Op::Write);
+        assert_eq!(Op::from_rwbs(b"FN"), Op::Flush);
+        assert_eq!(Op::from_rwbs(b"F"), Op::Flush);
+        assert_eq!(Op::from_rwbs(b"FF"), Op::Flush);
+        assert_eq!(Op::from_rwbs(b"D"), Op::Discard);
+        assert_eq!(Op::from_rwbs(b"DE"), Op::Discard);
+        assert_eq!(Op::from_rwbs(b"N"), Op::Other);
+        assert_eq!(Op::from_rwbs(b""), Op::Other);
+        for o in [Op::Read, Op::Write, Op::Flush, Op::Discard, Op::Other] {
+            assert_eq!(Op::parse(o.as_str()), Some(o));
+        }
+    }
+
+    #[test]
+    fn dev_encoding() {
+        let d = kernel_dev(7, 3);
+        assert_eq!((dev_major(d), dev_minor(d)), (7, 3));
+        assert_eq!(kernel_dev(259, 0), 259 << 20);
+    }
+}

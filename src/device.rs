@@ -1,0 +1,164 @@
+//! Block device selection: names, `/dev` paths and `major:minor` to the kernel `dev_t`
+//! that block tracepoints record. Reads sysfs only.
+
+use crate::decode::block::kernel_dev;
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("unknown block device `{given}`: no {sysfs}; list devices with `lsblk` and give a name (loop0), a path (/dev/loop0) or major:minor (7:0)")]
+    Unknown { given: String, sysfs: PathBuf },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} holds `{text}`, not major:minor")]
+    BadDev { path: PathBuf, text: String },
+}
+
+/// A resolved whole-disk device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockDevice {
+    pub name: String,
+    pub major: u32,
+    pub minor: u32,
+    /// Set when the user named a partition: request events are reported against the
+    /// whole disk, so the disk is traced and this says which partition was asked for.
+    pub partition_of: Option<String>,
+}
+
+impl BlockDevice {
+    pub fn kernel_dev(&self) -> u32 {
+        kernel_dev(self.major, self.minor)
+    }
+}
+
+/// Where block devices are described; a parameter so tests can use a fake tree.
+#[derive(Debug, Clone)]
+pub struct SysBlock {
+    root: PathBuf,
+}
+
+impl Default for SysBlock {
+    fn default() -> Self {
+        SysBlock {
+            root: PathBuf::from("/sys"),
+        }
+    }
+}
+
+impl SysBlock {
+    pub fn at(root: &Path) -> SysBlock {
+        SysBlock {
+            root: root.to_path_buf(),
+        }
+    }
+
+    /// Resolve `loop0`, `/dev/loop0` or `7:0`.
+    pub fn resolve(&self, given: &str) -> Result<BlockDevice, DeviceError> {
+        let dir = if given.contains(':') && given.split(':').all(|p| p.parse::<u32>().is_ok()) {
+            self.root.join("dev/block").join(given)
+        } else {
+            let name = given.strip_prefix("/dev/").unwrap_or(given);
+            self.root.join("class/block").join(name)
+        };
+        let dir = fs::canonicalize(&dir).map_err(|_| DeviceError::Unknown {
+            given: given.to_string(),
+            sysfs: dir.clone(),
+        })?;
+        let is_partition = dir.join("partition").exists();
+        let disk_dir = if is_partition {
+            dir.parent().map(Path::to_path_buf).unwrap_or(dir.clone())
+        } else {
+            dir.clone()
+        };
+        let (major, minor) = read_dev(&disk_dir.join("dev"))?;
+        let name_of = |d: &Path| {
+            d.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        Ok(BlockDevice {
+            name: name_of(&disk_dir),
+            major,
+            minor,
+            partition_of: is_partition.then(|| name_of(&dir)),
+        })
+    }
+
+    /// dev_t → name for every block device, for the `device` column.
+    pub fn names(&self) -> HashMap<u32, String> {
+        let mut m = HashMap::new();
+        let Ok(rd) = fs::read_dir(self.root.join("class/block")) else {
+            return m;
+        };
+        for e in rd.flatten() {
+            if let Ok((maj, min)) = read_dev(&e.path().join("dev")) {
+                m.insert(
+                    kernel_dev(maj, min),
+                    e.file_name().to_string_lossy().into_owned(),
+                );
+            }
+        }
+        m
+    }
+}
+
+fn read_dev(path: &Path) -> Result<(u32, u32), DeviceError> {
+    let text = fs::read_to_string(path).map_err(|source| DeviceError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let t = text.trim();
+    t.split_once(':')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .ok_or_else(|| DeviceError::BadDev {
+            path: path.to_path_buf(),
+            text: t.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake() -> (PathBuf, SysBlock) {
+        let root = std::env::temp_dir().join(format!("ntprof-sys-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let devices = root.join("devices/virtual/block");
+        fs::create_dir_all(devices.join("vdz/vdz1")).unwrap();
+        fs::write(devices.join("vdz/dev"), "254:16\n").unwrap();
+        fs::write(devices.join("vdz/vdz1/dev"), "254:17\n").unwrap();
+        fs::write(devices.join("vdz/vdz1/partition"), "1\n").unwrap();
+        fs::create_dir_all(root.join("class/block")).unwrap();
+        fs::create_dir_all(root.join("dev/block")).unwrap();
+        std::os::unix::fs::symlink(devices.join("vdz"), root.join("class/block/vdz")).unwrap();
+        std::os::unix::fs::symlink(devices.join("vdz/vdz1"), root.join("class/block/vdz1"))
+            .unwrap();
+        std::os::unix::fs::symlink(devices.join("vdz"), root.join("dev/block/254:16")).unwrap();
+        let s = SysBlock::at(&root);
+        (root, s)
+    }
+
+    #[test]
+    fn resolves_names_paths_numbers_and_partitions() {
+        let (root, s) = fake();
+        let d = s.resolve("vdz").unwrap();
+        assert_eq!((d.name.as_str(), d.major, d.minor), ("vdz", 254, 16));
+        assert_eq!(s.resolve("/dev/vdz").unwrap(), d);
+        assert_eq!(s.resolve("254:16").unwrap(), d);
+        let p = s.resolve("vdz1").unwrap();
+        assert_eq!((p.name.as_str(), p.minor), ("vdz", 16));
+        assert_eq!(p.partition_of.as_deref(), Some("vdz1"));
+        let e = s.resolve("nosuch").unwrap_err().to_string();
+        assert!(e.contains("nosuch") && e.contains("lsblk"), "{e}");
+        assert_eq!(
+            s.names().get(&kernel_dev(254, 16)).map(String::as_str),
+            Some("vdz")
+        );
+        let _ = fs::remove_dir_all(root);
+    }
+}

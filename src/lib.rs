@@ -1,0 +1,25 @@
+//! ntprof-perf: a user-space latency profiler for NVMe over TCP, NVMe and block devices.
+//!
+//! The pipeline, one module per stage:
+//!
+//! ```text
+//! tracefs (formats) ─► decode (layouts) ─┐
+//! perf (per-CPU rings) ──────────────────┴─► order (merge CPUs by time)
+//!     ─► correlate (one record per I/O, per profile) ─► sink (CSV rows, histograms)
+//! ```
+//!
+//! [`pipeline`] drives the stages; [`profile`] lists what each profile needs.
+
+pub mod correlate;
+pub mod decode;
+pub mod device;
+pub mod order;
+pub mod perf;
+pub mod pipeline;
+pub mod profile;
+pub mod sink;
+pub mod synth;
+pub mod tracefs;
+
+#[cfg(test)]
+pub(crate) mod testutil;

@@ -1,0 +1,703 @@
+//! Stage 2 (perf), all rings: every configured tracepoint opened on every CPU, one ring per
+//! CPU, polled together. It hands parsed records to the caller ring by ring and counts
+//! losses per CPU; it must not decode payloads or merge rings by time (that is `order`).
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+
+use perf_event_open_sys::bindings::{
+    perf_event_attr, PERF_FLAG_FD_CLOEXEC, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER,
+    PERF_SAMPLE_RAW, PERF_SAMPLE_TIME, PERF_TYPE_TRACEPOINT,
+};
+
+use super::record::{parse_record, Record, RecordError};
+use super::ring::{Ring, RingError};
+use super::{sys, PerfError};
+
+/// Data pages per CPU ring unless configured otherwise (1 MiB with 4 KiB pages).
+pub const DEFAULT_MMAP_PAGES: usize = 256;
+/// Wake the reader when a ring is a quarter full.
+pub const DEFAULT_WAKEUP_FRACTION: u32 = 4;
+
+/// One tracepoint to open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    /// `system:name`, e.g. `block:block_rq_issue`; used in errors only.
+    pub name: String,
+    /// The event's `id` file under tracefs.
+    pub tracefs_id: u64,
+    /// An ftrace filter expression applied in the kernel, e.g. `qid != 0`.
+    pub filter: Option<String>,
+}
+
+/// What to open, where, and how the rings behave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    pub events: Vec<EventSpec>,
+    pub cpus: Vec<u32>,
+    /// Data pages per CPU; a power of two.
+    pub mmap_pages: usize,
+    /// Wake the reader when a ring is 1/N full. Never per sample: that costs ~20x per event.
+    pub wakeup_fraction: u32,
+    /// Clock for sample times, e.g. `libc::CLOCK_MONOTONIC`.
+    pub clockid: i32,
+}
+
+impl GroupConfig {
+    /// `events` on `cpus` with default ring size, wake-up fraction and CLOCK_MONOTONIC.
+    pub fn new(events: Vec<EventSpec>, cpus: Vec<u32>) -> Self {
+        GroupConfig {
+            events,
+            cpus,
+            mmap_pages: DEFAULT_MMAP_PAGES,
+            wakeup_fraction: DEFAULT_WAKEUP_FRACTION,
+            clockid: libc::CLOCK_MONOTONIC,
+        }
+    }
+}
+
+/// What one [`PerfGroup::drain_ring`] call saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrainStats {
+    /// Bytes released back to the kernel.
+    pub bytes: u64,
+    /// Well-formed records passed to the callback (samples + lost + other).
+    pub records: u64,
+    pub samples: u64,
+    /// `PERF_RECORD_LOST` records, and the number of samples they report lost.
+    pub lost_records: u64,
+    pub lost: u64,
+    pub other: u64,
+    /// Records that failed to parse; not passed on.
+    pub malformed: u64,
+    pub first_malformed: Option<RecordError>,
+    /// The ring's own bookkeeping was inconsistent; the rest of its pending data was skipped.
+    pub ring_error: Option<RingError>,
+}
+
+/// The events of one CPU, feeding one ring.
+#[derive(Debug)]
+struct CpuRing {
+    cpu: u32,
+    /// Indexed like `GroupConfig::events`; `fds[0]` owns the ring, the others write into it.
+    fds: Vec<OwnedFd>,
+    ring: Ring,
+    lost: u64,
+}
+
+/// Every configured event on every configured CPU. Dropping it unmaps the rings and closes
+/// the events.
+#[derive(Debug)]
+pub struct PerfGroup {
+    names: Vec<String>,
+    rings: Vec<CpuRing>,
+    /// (perf id, event index), sorted by id, for a binary search per sample.
+    ids: Vec<(u64, usize)>,
+}
+
+impl PerfGroup {
+    /// Opens every event on every CPU, disabled, so nothing is recorded until [`enable`]
+    /// and all rings start together.
+    ///
+    /// [`enable`]: PerfGroup::enable
+    pub fn open(cfg: &GroupConfig) -> Result<PerfGroup, PerfError> {
+        if cfg.events.is_empty() {
+            return Err(PerfError::NoEvents);
+        }
+        if cfg.cpus.is_empty() {
+            return Err(PerfError::NoCpus);
+        }
+        if cfg.mmap_pages == 0 || !cfg.mmap_pages.is_power_of_two() {
+            return Err(PerfError::BadPageCount {
+                pages: cfg.mmap_pages,
+            });
+        }
+        if cfg.wakeup_fraction == 0 {
+            return Err(PerfError::BadWakeupFraction(cfg.wakeup_fraction));
+        }
+        let filters = cfg
+            .events
+            .iter()
+            .map(|e| {
+                e.filter
+                    .as_ref()
+                    .map(|f| {
+                        CString::new(f.as_str()).map_err(|_| PerfError::FilterNul {
+                            event: e.name.clone(),
+                            filter: f.clone(),
+                        })
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let data_bytes = cfg.mmap_pages.saturating_mul(sys::page_size());
+        let watermark = u32::try_from(data_bytes / cfg.wakeup_fraction as usize)
+            .unwrap_or(u32::MAX)
+            .max(1);
+
+        let mut rings = Vec::with_capacity(cfg.cpus.len());
+        let mut ids = Vec::with_capacity(cfg.cpus.len() * cfg.events.len());
+        for &cpu in &cfg.cpus {
+            let mut fds: Vec<OwnedFd> = Vec::with_capacity(cfg.events.len());
+            let mut ring = None;
+            for (index, (event, filter)) in cfg.events.iter().zip(&filters).enumerate() {
+                let attr = tracepoint_attr(event.tracefs_id, cfg.clockid, watermark);
+                let fd = sys::perf_event_open(
+                    &attr,
+                    -1,
+                    cpu as i32,
+                    None,
+                    u64::from(PERF_FLAG_FD_CLOEXEC),
+                )
+                .map_err(|e| open_error(event, cpu, e))?;
+                let ioctl_err = |op: &'static str| {
+                    let name = event.name.clone();
+                    move |source| PerfError::Ioctl {
+                        op,
+                        event: name,
+                        cpu,
+                        source,
+                    }
+                };
+                match fds.first() {
+                    None => ring = Some(Ring::new(fd.as_fd(), cfg.mmap_pages, cpu)?),
+                    Some(leader) => sys::set_output(fd.as_fd(), leader.as_fd())
+                        .map_err(ioctl_err("PERF_EVENT_IOC_SET_OUTPUT"))?,
+                }
+                if let (Some(filter), Some(text)) = (filter, &event.filter) {
+                    sys::set_filter(fd.as_fd(), filter).map_err(|source| {
+                        if source.raw_os_error() == Some(libc::EINVAL) {
+                            PerfError::FilterRejected {
+                                event: event.name.clone(),
+                                filter: text.clone(),
+                                cpu,
+                                source,
+                            }
+                        } else {
+                            ioctl_err("PERF_EVENT_IOC_SET_FILTER")(source)
+                        }
+                    })?;
+                }
+                let id = sys::event_id(fd.as_fd()).map_err(ioctl_err("PERF_EVENT_IOC_ID"))?;
+                ids.push((id, index));
+                fds.push(fd);
+            }
+            // `cfg.events` is non-empty, so the first iteration created the ring.
+            let ring = ring.ok_or(PerfError::NoEvents)?;
+            rings.push(CpuRing {
+                cpu,
+                fds,
+                ring,
+                lost: 0,
+            });
+        }
+        ids.sort_unstable();
+        Ok(PerfGroup {
+            names: cfg.events.iter().map(|e| e.name.clone()).collect(),
+            rings,
+            ids,
+        })
+    }
+
+    /// Starts recording on every event and CPU.
+    pub fn enable(&self) -> Result<(), PerfError> {
+        self.for_each_fd("PERF_EVENT_IOC_ENABLE", sys::enable)
+    }
+
+    /// Stops recording; what is already in the rings can still be drained.
+    pub fn disable(&self) -> Result<(), PerfError> {
+        self.for_each_fd("PERF_EVENT_IOC_DISABLE", sys::disable)
+    }
+
+    fn for_each_fd(
+        &self,
+        op: &'static str,
+        call: impl Fn(std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
+    ) -> Result<(), PerfError> {
+        for r in &self.rings {
+            for (index, fd) in r.fds.iter().enumerate() {
+                call(fd.as_fd()).map_err(|source| PerfError::Ioctl {
+                    op,
+                    event: self.names.get(index).cloned().unwrap_or_default(),
+                    cpu: r.cpu,
+                    source,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sleeps until some ring passes its watermark or `timeout` elapses. The caller drains
+    /// every ring after either, so quiet rings are not left behind. A signal (EINTR)
+    /// returns `Ok` so the caller can check its stop flag.
+    pub fn wait(&self, timeout: Duration) -> Result<(), PerfError> {
+        let mut fds: Vec<libc::pollfd> = self
+            .rings
+            .iter()
+            .filter_map(|r| r.fds.first())
+            .map(|fd| libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        match sys::poll(&mut fds, timeout) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(PerfError::Poll(e)),
+        }
+    }
+
+    /// Number of rings (one per configured CPU).
+    pub fn ring_count(&self) -> usize {
+        self.rings.len()
+    }
+
+    /// The CPU of ring `ring`. Panics if `ring >= ring_count()`.
+    pub fn ring_cpu(&self, ring: usize) -> u32 {
+        self.rings[ring].cpu
+    }
+
+    /// Index into `GroupConfig::events` of the event with this `PERF_SAMPLE_IDENTIFIER`.
+    pub fn event_index(&self, perf_id: u64) -> Option<usize> {
+        self.ids
+            .binary_search_by_key(&perf_id, |&(id, _)| id)
+            .ok()
+            .and_then(|i| self.ids.get(i))
+            .map(|&(_, index)| index)
+    }
+
+    /// Passes every pending record of ring `ring` to `f`, then frees the space. Malformed
+    /// records are counted, not passed on. `Lost` records are passed on and also added to
+    /// the CPU's loss total (see [`lost`](PerfGroup::lost)). Panics if
+    /// `ring >= ring_count()`.
+    pub fn drain_ring(&mut self, ring: usize, mut f: impl FnMut(Record<'_>)) -> DrainStats {
+        let r = &mut self.rings[ring];
+        let lost_total = &mut r.lost;
+        let mut stats = DrainStats::default();
+        let walk = r.ring.drain(|bytes| match parse_record(bytes) {
+            Ok(record) => {
+                stats.records += 1;
+                match record {
+                    Record::Sample(_) => stats.samples += 1,
+                    Record::Lost { lost, .. } => {
+                        stats.lost_records += 1;
+                        stats.lost = stats.lost.saturating_add(lost);
+                        *lost_total = lost_total.saturating_add(lost);
+                    }
+                    Record::Other { .. } => stats.other += 1,
+                }
+                f(record);
+            }
+            Err(e) => {
+                stats.malformed += 1;
+                stats.first_malformed.get_or_insert(e);
+            }
+        });
+        stats.bytes = walk.consumed;
+        stats.ring_error = walk.error;
+        stats
+    }
+
+    /// `(cpu, samples reported lost)` for every ring, from the `PERF_RECORD_LOST` records
+    /// drained so far.
+    pub fn lost(&self) -> Vec<(u32, u64)> {
+        self.rings.iter().map(|r| (r.cpu, r.lost)).collect()
+    }
+}
+
+/// The attributes every tracepoint is opened with. Each sample field costs kernel time per
+/// event, so only what later stages use is requested.
+fn tracepoint_attr(tracefs_id: u64, clockid: i32, watermark: u32) -> perf_event_attr {
+    let mut attr = perf_event_attr {
+        type_: PERF_TYPE_TRACEPOINT,
+        // The kernel checks `size` to know which fields this binary knows about.
+        size: std::mem::size_of::<perf_event_attr>() as u32,
+        config: tracefs_id,
+        sample_type: u64::from(
+            PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW,
+        ),
+        clockid,
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr.__bindgen_anon_2.wakeup_watermark = watermark;
+    attr.set_disabled(1);
+    // Gives LOST records a trailer with the identifier, time and CPU like samples have.
+    attr.set_sample_id_all(1);
+    attr.set_use_clockid(1);
+    attr.set_watermark(1);
+    attr
+}
+
+fn open_error(event: &EventSpec, cpu: u32, source: io::Error) -> PerfError {
+    match source.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => PerfError::PermissionDenied {
+            event: event.name.clone(),
+            cpu,
+            source,
+        },
+        Some(libc::ENOENT | libc::ENODEV | libc::EINVAL) => PerfError::EventUnavailable {
+            event: event.name.clone(),
+            tracefs_id: event.tracefs_id,
+            cpu,
+            source,
+        },
+        _ => PerfError::Open {
+            event: event.name.clone(),
+            cpu,
+            source,
+        },
+    }
+}
+
+const ONLINE_CPUS: &str = "/sys/devices/system/cpu/online";
+
+/// The online CPUs, from `/sys/devices/system/cpu/online`.
+pub fn online_cpus() -> Result<Vec<u32>, PerfError> {
+    let text = std::fs::read_to_string(ONLINE_CPUS).map_err(|source| PerfError::CpuListRead {
+        path: ONLINE_CPUS,
+        source,
+    })?;
+    parse_cpu_list(&text)
+}
+
+/// Parses the kernel's CPU list format (`0-3,5,7-8`, trailing newline allowed) into a
+/// sorted list without duplicates.
+pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, PerfError> {
+    let bad = |reason| PerfError::BadCpuList {
+        text: text.to_string(),
+        reason,
+    };
+    // A range like 0-4294967295 must not allocate billions of entries.
+    const MAX_CPUS: u64 = 1 << 16;
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(bad("empty"));
+    }
+    let mut cpus = Vec::new();
+    for part in trimmed.split(',') {
+        let part = part.trim();
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (lo, hi),
+            None => (part, part),
+        };
+        let number = |s: &str| {
+            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad("expected a CPU number or a range like 0-3"));
+            }
+            s.parse::<u32>().map_err(|_| bad("CPU number out of range"))
+        };
+        let (lo, hi) = (number(lo)?, number(hi)?);
+        if lo > hi {
+            return Err(bad("range start is greater than its end"));
+        }
+        if u64::from(hi - lo) + cpus.len() as u64 >= MAX_CPUS {
+            return Err(bad("too many CPUs"));
+        }
+        cpus.extend(lo..=hi);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf::{kernel_unavailable, test_kernel_ready};
+    use std::path::Path;
+
+    #[test]
+    fn cpu_list_forms() {
+        assert_eq!(parse_cpu_list("0").unwrap(), vec![0]);
+        assert_eq!(parse_cpu_list("0-1\n").unwrap(), vec![0, 1]);
+        assert_eq!(
+            parse_cpu_list("0-3,5,7-8").unwrap(),
+            vec![0, 1, 2, 3, 5, 7, 8]
+        );
+        assert_eq!(parse_cpu_list("5,0-2,1").unwrap(), vec![0, 1, 2, 5]);
+        assert_eq!(parse_cpu_list(" 2 , 4-4 ").unwrap(), vec![2, 4]);
+    }
+
+    #[test]
+    fn cpu_list_rejects_garbage() {
+        for bad in [
+            "",
+            "\n",
+            ",",
+            "0,",
+            "-1",
+            "1-",
+            "3-1",
+            "a",
+            "0-b",
+            "1--2",
+            "0-1-2",
+            "+1",
+            "99999999999",
+            "0-4294967295",
+        ] {
+            match parse_cpu_list(bad) {
+                Err(PerfError::BadCpuList { text, .. }) => assert_eq!(text, bad),
+                other => panic!("{bad:?}: expected BadCpuList, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn online_cpus_reads_sysfs() {
+        if Path::new(ONLINE_CPUS).exists() {
+            let cpus = online_cpus().unwrap();
+            assert!(!cpus.is_empty());
+        }
+    }
+
+    #[test]
+    fn attr_matches_design() {
+        let attr = tracepoint_attr(305, libc::CLOCK_MONOTONIC, 1024);
+        assert_eq!(attr.type_, PERF_TYPE_TRACEPOINT);
+        assert_eq!(attr.config, 305);
+        assert_eq!(attr.size as usize, std::mem::size_of::<perf_event_attr>());
+        // SAFETY: both unions hold plain integers, and these are the members we wrote.
+        let (period, watermark) = unsafe {
+            (
+                attr.__bindgen_anon_1.sample_period,
+                attr.__bindgen_anon_2.wakeup_watermark,
+            )
+        };
+        assert_eq!((period, watermark), (1, 1024));
+        assert_eq!(attr.disabled(), 1);
+        assert_eq!(attr.sample_id_all(), 1);
+        assert_eq!(attr.use_clockid(), 1);
+        assert_eq!(attr.watermark(), 1);
+        assert_eq!(attr.clockid, libc::CLOCK_MONOTONIC);
+        assert_eq!(attr.inherit(), 0);
+    }
+
+    #[test]
+    fn group_can_move_to_a_reader_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<PerfGroup>();
+    }
+
+    #[test]
+    fn config_validation() {
+        let event = EventSpec {
+            name: "x:y".into(),
+            tracefs_id: 1,
+            filter: None,
+        };
+        let mut cfg = GroupConfig::new(vec![event.clone()], vec![0]);
+        cfg.mmap_pages = 3;
+        assert!(matches!(
+            PerfGroup::open(&cfg),
+            Err(PerfError::BadPageCount { pages: 3 })
+        ));
+        cfg.mmap_pages = 0;
+        assert!(matches!(
+            PerfGroup::open(&cfg),
+            Err(PerfError::BadPageCount { pages: 0 })
+        ));
+        cfg.mmap_pages = 1;
+        cfg.wakeup_fraction = 0;
+        assert!(matches!(
+            PerfGroup::open(&cfg),
+            Err(PerfError::BadWakeupFraction(0))
+        ));
+        let cfg = GroupConfig::new(vec![], vec![0]);
+        assert!(matches!(PerfGroup::open(&cfg), Err(PerfError::NoEvents)));
+        let cfg = GroupConfig::new(vec![event.clone()], vec![]);
+        assert!(matches!(PerfGroup::open(&cfg), Err(PerfError::NoCpus)));
+        let mut with_nul = event;
+        with_nul.filter = Some("a\0b".into());
+        let cfg = GroupConfig::new(vec![with_nul], vec![0]);
+        assert!(matches!(
+            PerfGroup::open(&cfg),
+            Err(PerfError::FilterNul { .. })
+        ));
+    }
+
+    #[test]
+    fn error_messages_say_what_to_do() {
+        let e = open_error(
+            &EventSpec {
+                name: "block:block_rq_issue".into(),
+                tracefs_id: 1,
+                filter: None,
+            },
+            3,
+            io::Error::from_raw_os_error(libc::EACCES),
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("block:block_rq_issue") && msg.contains("CPU 3"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("perf_event_paranoid") && msg.contains("CAP_PERFMON"),
+            "{msg}"
+        );
+        let e = open_error(
+            &EventSpec {
+                name: "nvme:nvme_setup_cmd".into(),
+                tracefs_id: 999_999,
+                filter: None,
+            },
+            0,
+            io::Error::from_raw_os_error(libc::ENOENT),
+        );
+        assert!(matches!(e, PerfError::EventUnavailable { .. }));
+        assert!(e.to_string().contains("nvme:nvme_setup_cmd"));
+    }
+
+    /// A tracepoint the test can fire at will: `getppid` (via `parent_id`) does nothing else.
+    const EVENT: &str = "syscalls/sys_enter_getppid";
+
+    fn fire(n: usize) {
+        for _ in 0..n {
+            std::hint::black_box(std::os::unix::process::parent_id());
+        }
+    }
+
+    /// The tracefs id of [`EVENT`], or `None` after reporting why the test cannot run.
+    fn event_id() -> Option<u64> {
+        let events = test_kernel_ready()?;
+        let path = events.join(EVENT).join("id");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => match text.trim().parse() {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    kernel_unavailable(&format!("{}: {e}", path.display()));
+                    None
+                }
+            },
+            Err(e) => {
+                kernel_unavailable(&format!("{}: {e}", path.display()));
+                None
+            }
+        }
+    }
+
+    /// Opens the group, or `None` after reporting why perf cannot be used here.
+    fn open_or_skip(cfg: &GroupConfig) -> Option<PerfGroup> {
+        match PerfGroup::open(cfg) {
+            Ok(g) => Some(g),
+            Err(e @ PerfError::PermissionDenied { .. }) => {
+                kernel_unavailable(&e.to_string());
+                None
+            }
+            Err(e) => panic!("opening {EVENT}: {e}"),
+        }
+    }
+
+    fn spec(id: u64, filter: Option<&str>) -> EventSpec {
+        EventSpec {
+            name: EVENT.replace('/', ":"),
+            tracefs_id: id,
+            filter: filter.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn kernel_samples_arrive_in_order() {
+        let Some(id) = event_id() else { return };
+        let cpus = online_cpus().unwrap();
+        // A second event on the same ring exercises SET_OUTPUT and id lookup; its filter
+        // (no syscall has nr -1) keeps it silent, so every sample must map to index 0.
+        let cfg = GroupConfig::new(
+            vec![spec(id, None), spec(id, Some("__syscall_nr == -1"))],
+            cpus,
+        );
+        let Some(mut group) = open_or_skip(&cfg) else {
+            return;
+        };
+        assert_eq!(group.ring_count(), cfg.cpus.len());
+        group.enable().unwrap();
+        const N: u64 = 500;
+        fire(N as usize);
+        group.disable().unwrap();
+
+        let mut ours = 0u64;
+        let mut malformed = 0;
+        for ring in 0..group.ring_count() {
+            let cpu = group.ring_cpu(ring);
+            let mut last_time = 0u64;
+            let mut samples = Vec::new();
+            let stats = group.drain_ring(ring, |rec| {
+                if let Record::Sample(s) = rec {
+                    samples.push((s.id, s.time, s.cpu, s.raw.get(..2).map(<[u8]>::to_vec)));
+                }
+            });
+            malformed += stats.malformed;
+            assert_eq!(stats.ring_error, None);
+            for (perf_id, time, sample_cpu, common_type) in samples {
+                assert_eq!(
+                    group.event_index(perf_id),
+                    Some(0),
+                    "unknown or filtered id"
+                );
+                assert!(time >= last_time, "time went back on CPU {cpu}");
+                last_time = time;
+                assert_eq!(sample_cpu, cpu);
+                assert_eq!(common_type, Some((id as u16).to_le_bytes().to_vec()));
+                ours += 1;
+            }
+        }
+        assert_eq!(malformed, 0);
+        assert!(ours >= N, "saw {ours} samples, fired {N}");
+        assert!(group.event_index(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn kernel_full_ring_reports_lost() {
+        let Some(id) = event_id() else { return };
+        let cpus = online_cpus().unwrap();
+        let mut cfg = GroupConfig::new(vec![spec(id, None)], cpus);
+        cfg.mmap_pages = 1;
+        let Some(mut group) = open_or_skip(&cfg) else {
+            return;
+        };
+        group.enable().unwrap();
+        fire(20_000);
+        // The kernel writes the LOST record only once there is room again, so drain, then
+        // fire a few more events into the freed space.
+        let mut lost_seen = 0u64;
+        let mut drain_all = |group: &mut PerfGroup| {
+            for ring in 0..group.ring_count() {
+                group.drain_ring(ring, |rec| {
+                    if let Record::Lost { lost, .. } = rec {
+                        lost_seen += lost;
+                    }
+                });
+            }
+        };
+        drain_all(&mut group);
+        fire(10);
+        group.disable().unwrap();
+        drain_all(&mut group);
+        let total: u64 = group.lost().iter().map(|&(_, n)| n).sum();
+        assert!(
+            lost_seen > 0,
+            "no PERF_RECORD_LOST after overfilling a 1-page ring"
+        );
+        assert_eq!(total, lost_seen);
+        group.wait(Duration::from_millis(1)).unwrap();
+    }
+
+    #[test]
+    fn kernel_rejects_bad_filter() {
+        let Some(id) = event_id() else { return };
+        let cfg = GroupConfig::new(vec![spec(id, Some("no_such_field == 1"))], vec![0]);
+        match PerfGroup::open(&cfg) {
+            Err(PerfError::FilterRejected { filter, .. }) => {
+                assert_eq!(filter, "no_such_field == 1")
+            }
+            Err(e @ PerfError::PermissionDenied { .. }) => kernel_unavailable(&e.to_string()),
+            other => panic!("expected FilterRejected, got {other:?}"),
+        }
+    }
+}

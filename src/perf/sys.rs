@@ -1,0 +1,186 @@
+//! Stage 2 (perf), syscall layer: the only file that calls `perf_event_open`, `ioctl`,
+//! `mmap`, `munmap` and `poll`. Each wrapper is safe, returns `io::Result`, and hands out
+//! fds as `OwnedFd` the moment the kernel returns them. It must not interpret records or
+//! know about events, CPUs or rings beyond the raw calls.
+
+use std::ffi::{c_int, c_long, c_void, CStr};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use perf_event_open_sys as sys;
+use perf_event_open_sys::bindings::perf_event_attr;
+
+/// Return values that signal failure with `-1` and leave the cause in `errno`.
+trait MinusOne: Copy {
+    fn is_minus_one(self) -> bool;
+}
+
+impl MinusOne for c_int {
+    fn is_minus_one(self) -> bool {
+        self == -1
+    }
+}
+
+impl MinusOne for c_long {
+    fn is_minus_one(self) -> bool {
+        self == -1
+    }
+}
+
+impl MinusOne for *mut c_void {
+    // MAP_FAILED is `(void *)-1`.
+    fn is_minus_one(self) -> bool {
+        self == libc::MAP_FAILED
+    }
+}
+
+/// The one errno helper: turns the C convention (-1 + errno) into `io::Error`.
+/// `errno` must be read right after the call, before anything else can clobber it,
+/// which is why the call itself is passed in as a closure.
+fn check<T: MinusOne>(call: impl FnOnce() -> T) -> io::Result<T> {
+    let ret = call();
+    if ret.is_minus_one() {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `perf_event_open(2)`. `group_fd = None` opens a group leader (-1).
+pub fn perf_event_open(
+    attr: &perf_event_attr,
+    pid: i32,
+    cpu: i32,
+    group_fd: Option<BorrowedFd<'_>>,
+    flags: u64,
+) -> io::Result<OwnedFd> {
+    // The kernel may write the size it expects back into `attr.size` (E2BIG), so it gets a
+    // private copy rather than a pointer into the caller's shared borrow.
+    let mut attr = *attr;
+    let group = group_fd.map_or(-1, |fd| fd.as_raw_fd());
+    let fd = check(|| {
+        // SAFETY: `attr` is a fully initialised perf_event_attr that lives for the whole
+        // call; `group` is -1 or a borrowed (hence open) fd; the syscall neither keeps the
+        // pointer nor touches memory other than `attr`.
+        unsafe { sys::perf_event_open(&mut attr, pid, cpu, group, flags as std::ffi::c_ulong) }
+    })?;
+    // SAFETY: the syscall succeeded, so `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `PERF_EVENT_IOC_ENABLE`.
+pub fn enable(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: `fd` is open for the duration of the borrow; ENABLE takes an integer flag
+    // argument and reads no memory.
+    check(|| unsafe { sys::ioctls::ENABLE(fd.as_raw_fd(), 0) }).map(drop)
+}
+
+/// `PERF_EVENT_IOC_DISABLE`.
+pub fn disable(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: as for `enable`: open fd, integer argument, no memory access.
+    check(|| unsafe { sys::ioctls::DISABLE(fd.as_raw_fd(), 0) }).map(drop)
+}
+
+/// `PERF_EVENT_IOC_SET_OUTPUT`: send `fd`'s records into `target`'s ring buffer.
+pub fn set_output(fd: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: both fds are open for the duration of their borrows; the argument is an fd
+    // number, no memory is accessed.
+    check(|| unsafe { sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), target.as_raw_fd()) }).map(drop)
+}
+
+/// `PERF_EVENT_IOC_SET_FILTER` with an ftrace filter expression.
+pub fn set_filter(fd: BorrowedFd<'_>, filter: &CStr) -> io::Result<()> {
+    // SAFETY: `filter` is a NUL-terminated string alive for the whole call; the kernel
+    // only reads it (copies it in with strndup_user) despite the `*mut` in the binding.
+    check(|| unsafe { sys::ioctls::SET_FILTER(fd.as_raw_fd(), filter.as_ptr().cast_mut()) })
+        .map(drop)
+}
+
+/// `PERF_EVENT_IOC_ID`: the id the kernel puts in `PERF_SAMPLE_IDENTIFIER`.
+pub fn event_id(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut id: u64 = 0;
+    // SAFETY: `id` is a valid, writable u64 for the whole call, which is all ID writes.
+    check(|| unsafe { sys::ioctls::ID(fd.as_raw_fd(), &mut id) })?;
+    Ok(id)
+}
+
+/// The system page size; perf ring sizes are counted in these.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    // sysconf cannot fail for _SC_PAGESIZE on Linux; 4096 keeps us defined if it ever did.
+    usize::try_from(size)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or(4096)
+}
+
+/// A shared read/write mapping of a perf fd. Unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned exclusively by this value; nothing about it is
+// tied to the thread that created it, so moving it to another thread is sound.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// `mmap(NULL, len, PROT_READ|PROT_WRITE, MAP_SHARED, fd, 0)`. Write access is what
+    /// tells the kernel we will advance `data_tail` (non-overwrite mode).
+    pub fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        let ptr = check(|| {
+            // SAFETY: a NULL hint lets the kernel pick a fresh range, so no existing
+            // memory is replaced; `fd` is open for the call; the result is checked.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            }
+        })?;
+        let ptr = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| io::Error::other("mmap returned a null mapping"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned and nothing else unmaps them;
+        // every reference into the mapping borrows `self`, so none outlives this call.
+        // There is nothing useful to do if munmap fails while dropping.
+        let _ = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// `poll(2)` over `fds`. The timeout is rounded up to whole milliseconds so a short, non-zero
+/// timeout never turns into a busy loop.
+pub fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+    let mut ms = timeout.as_millis();
+    if ms == 0 && !timeout.is_zero() {
+        ms = 1;
+    }
+    let ms = c_int::try_from(ms).unwrap_or(c_int::MAX);
+    let n = check(|| {
+        // SAFETY: the pointer and length describe a live, writable slice of pollfd for
+        // the whole call; the kernel writes only their `revents` fields.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) }
+    })?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}

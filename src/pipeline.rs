@@ -1,0 +1,205 @@
+//! The main loop: drain every ring, decode, order, correlate, hand records to sinks.
+//!
+//! [`Pipeline`] is the pure part (no I/O: used by the live loop, by tests and by the
+//! benchmark); [`run_live`] adds the perf rings, the clock and the stop conditions.
+
+use crate::correlate::Correlator;
+use crate::decode::{Decoder, Event};
+use crate::order::Sorter;
+use crate::perf::{PerfGroup, Record};
+use crate::sink::{Health, SinkError};
+use std::time::{Duration, Instant};
+
+/// decode → order → correlate, fed one raw sample at a time.
+pub struct Pipeline<C: Correlator> {
+    decoder: Decoder,
+    sorter: Sorter<Event>,
+    corr: C,
+    samples: u64,
+    bad_records: u64,
+}
+
+impl<C: Correlator> Pipeline<C> {
+    pub fn new(decoder: Decoder, corr: C) -> Pipeline<C> {
+        Pipeline {
+            decoder,
+            sorter: Sorter::new(),
+            corr,
+            samples: 0,
+            bad_records: 0,
+        }
+    }
+
+    /// Decode and queue one raw record; returns its time when it was one of ours.
+    #[inline]
+    pub fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64> {
+        self.samples += 1;
+        match self.decoder.decode(raw, time, cpu) {
+            Ok(Some(ev)) => {
+                self.sorter.push(time, ev);
+                Some(time)
+            }
+            Ok(None) => None,
+            Err(_) => {
+                self.bad_records += 1;
+                None
+            }
+        }
+    }
+
+    /// A ring that produced events was drained; `newest` is its last event's time.
+    pub fn ring_drained(&mut self, newest: u64) {
+        self.sorter.ring_drained(newest);
+    }
+
+    /// End of a drain round: correlate what the watermark released.
+    pub fn end_round(&mut self, out: &mut dyn FnMut(C::Record)) {
+        let corr = &mut self.corr;
+        self.sorter.end_round(|_, ev| corr.on_event(&ev, out));
+    }
+
+    /// End of the run: release and correlate everything, give up what is in flight.
+    pub fn finish(&mut self, out: &mut dyn FnMut(C::Record)) {
+        let corr = &mut self.corr;
+        self.sorter.flush(|_, ev| corr.on_event(&ev, out));
+        self.corr.finish(out);
+    }
+
+    pub fn correlator(&self) -> &C {
+        &self.corr
+    }
+
+    /// Counters so far; `lost` is filled in by the caller that owns the rings.
+    pub fn health(&self) -> Health {
+        Health {
+            lost: Vec::new(),
+            samples: self.samples,
+            bad_records: self.bad_records,
+            late: self.sorter.late(),
+            counters: self.corr.counters(),
+        }
+    }
+}
+
+/// Why a live run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    Signal,
+    Duration,
+    /// The command given after `--` exited; its status (`None` when killed by a signal).
+    CommandExited(Option<i32>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Perf(#[from] crate::perf::PerfError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error("waiting for the command: {0}")]
+    Command(std::io::Error),
+}
+
+/// Where a live run's records go, and what it is told at every interval.
+pub trait RecordSink<R> {
+    fn record(&mut self, r: &R) -> Result<(), SinkError>;
+    /// Called every `LiveOptions::tick`.
+    fn tick(&mut self, _health: &Health) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// How the live loop paces itself.
+#[derive(Debug, Clone)]
+pub struct LiveOptions {
+    /// Longest wait for a ring wake-up before quiet rings are drained anyway.
+    pub poll: Duration,
+    /// Call `RecordSink::tick` this often (stat intervals).
+    pub tick: Option<Duration>,
+    pub deadline: Option<Instant>,
+}
+
+/// Run until a stop condition, then drain once more, flush and give up what is in
+/// flight. A sink error stops the run (after the rings are disabled) and is returned.
+pub fn run_live<C: Correlator>(
+    group: &mut PerfGroup,
+    pipe: &mut Pipeline<C>,
+    opts: &LiveOptions,
+    should_stop: &mut dyn FnMut() -> Result<Option<StopReason>, RunError>,
+    sink: &mut dyn RecordSink<C::Record>,
+) -> Result<(StopReason, Health), RunError> {
+    let mut next_tick = opts.tick.map(|t| Instant::now() + t);
+    let reason = loop {
+        let mut stop = should_stop()?;
+        if stop.is_none() && opts.deadline.is_some_and(|d| Instant::now() >= d) {
+            stop = Some(StopReason::Duration);
+        }
+        if let Some(r) = stop {
+            break r;
+        }
+        let mut wait = opts.poll;
+        if let Some(d) = opts.deadline {
+            wait = wait.min(d.saturating_duration_since(Instant::now()));
+        }
+        group.wait(wait)?;
+        if let Err(e) = drain_round(group, pipe, sink) {
+            let _ = group.disable();
+            return Err(e.into());
+        }
+        if let (Some(t), Some(next)) = (opts.tick, next_tick) {
+            if Instant::now() >= next {
+                sink.tick(&health(group, pipe))?;
+                next_tick = Some(next + t);
+            }
+        }
+    };
+    group.disable()?;
+    // Samples written before the disable are still in the rings.
+    drain_round(group, pipe, sink)?;
+    let mut first_err = None;
+    pipe.finish(&mut |r| deliver(sink, &r, &mut first_err));
+    if let Some(e) = first_err {
+        return Err(e.into());
+    }
+    Ok((reason, health(group, pipe)))
+}
+
+/// Hand one record to the sink, keeping only the first error (later records of the
+/// same round are dropped: the run is stopping anyway).
+fn deliver<R>(sink: &mut dyn RecordSink<R>, r: &R, first_err: &mut Option<SinkError>) {
+    if first_err.is_none() {
+        if let Err(e) = sink.record(r) {
+            *first_err = Some(e);
+        }
+    }
+}
+
+fn health<C: Correlator>(group: &PerfGroup, pipe: &Pipeline<C>) -> Health {
+    let mut h = pipe.health();
+    h.lost = group.lost();
+    h
+}
+
+fn drain_round<C: Correlator>(
+    group: &mut PerfGroup,
+    pipe: &mut Pipeline<C>,
+    sink: &mut dyn RecordSink<C::Record>,
+) -> Result<(), SinkError> {
+    for ring in 0..group.ring_count() {
+        let mut newest = None;
+        let stats = group.drain_ring(ring, |rec| {
+            if let Record::Sample(s) = rec {
+                if let Some(t) = pipe.sample(s.time, s.cpu, s.raw) {
+                    newest = Some(t);
+                }
+            }
+        });
+        pipe.bad_records += stats.malformed;
+        if let Some(t) = newest {
+            pipe.ring_drained(t);
+        }
+    }
+    let mut first_err = None;
+    pipe.end_round(&mut |r| deliver(sink, &r, &mut first_err));
+    first_err.map_or(Ok(()), Err)
+}

@@ -1,0 +1,93 @@
+//! Wall-clock rendering of recording-clock timestamps, for spreadsheet-friendly columns.
+
+/// realtime − monotonic at the start of a run, so monotonic sample times can be shown as
+/// wall-clock times. Read once: the two clocks drift apart only through NTP slewing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WallClock {
+    offset_ns: i128,
+}
+
+impl WallClock {
+    pub fn now() -> WallClock {
+        use nix::time::{clock_gettime, ClockId};
+        let ns = |id| {
+            clock_gettime(id)
+                .map(|t| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128)
+                .unwrap_or(0)
+        };
+        let mono = ns(ClockId::CLOCK_MONOTONIC);
+        let real = ns(ClockId::CLOCK_REALTIME);
+        WallClock {
+            offset_ns: real - mono,
+        }
+    }
+
+    pub fn with_offset(offset_ns: i128) -> WallClock {
+        WallClock { offset_ns }
+    }
+
+    /// `2026-11-21 13:59:01.123456789` (UTC): a form spreadsheets read as a date-time.
+    pub fn format(&self, mono_ns: u64) -> String {
+        format_utc(mono_ns as i128 + self.offset_ns)
+    }
+}
+
+/// Format ns since the Unix epoch as UTC `YYYY-MM-DD HH:MM:SS.nnnnnnnnn`.
+pub fn format_utc(unix_ns: i128) -> String {
+    let secs = unix_ns.div_euclid(1_000_000_000);
+    let nanos = unix_ns.rem_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{nanos:09}",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's method).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_formatting() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00:00.000000000");
+        // 2000-02-29 12:34:56.5 (a leap day)
+        assert_eq!(
+            format_utc(951_827_696_500_000_000),
+            "2000-02-29 12:34:56.500000000"
+        );
+        assert_eq!(
+            format_utc(1_795_219_200_000_000_001),
+            "2026-11-21 00:00:00.000000001"
+        );
+        assert_eq!(format_utc(-1), "1969-12-31 23:59:59.999999999");
+    }
+
+    #[test]
+    fn wall_clock_is_near_now() {
+        let w = WallClock::now();
+        let s = w.format(0);
+        assert!(s.len() == 29, "{s}");
+        assert_eq!(
+            WallClock::with_offset(5).format(5),
+            "1970-01-01 00:00:00.000000010"
+        );
+    }
+}
