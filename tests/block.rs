@@ -1,0 +1,302 @@
+//! The block profile on the real kernel: loop devices on tmpfs, known direct I/O, and
+//! what `record`, `stat` and `report` say about it.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Stdio};
+
+fn dd(args: &[&str]) -> Vec<String> {
+    let mut v = vec!["dd".to_string()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    v.push("status=none".into());
+    v
+}
+
+fn record(dev: &str, out: &std::path::Path, cmd: &[String]) -> std::process::Output {
+    run_ok(
+        Command::new(bin())
+            .args(["record", "--profile", "block", "--device", dev, "-o"])
+            .arg(out)
+            .arg("--")
+            .args(cmd),
+    )
+}
+
+#[test]
+fn record_direct_4k_writes_exactly() {
+    if !kernel_ready("record_direct_4k_writes_exactly") {
+        return;
+    }
+    let l = LoopDev::new("w4k", 64);
+    l.scheduler("none");
+    let csv = tmp("w4k.csv");
+    let of = format!("of={}", l.dev);
+    let out = record(
+        &l.dev,
+        &csv,
+        &dd(&["if=/dev/zero", &of, "bs=4k", "count=100", "oflag=direct"]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("100 I/Os written"), "{err}");
+    assert!(err.contains("lost 0"), "{err}");
+    let rows = read_csv(&csv);
+    assert_eq!(rows.len(), 100, "one row per dd write");
+    let mut sectors: Vec<u64> = Vec::new();
+    for r in &rows {
+        assert_eq!(r["device"], l.name);
+        assert_eq!(r["op"], "write");
+        assert_eq!(r["bytes"], "4096");
+        assert_eq!(r["status"], "ok");
+        assert_eq!(r["q2d_ns"], "", "scheduler none issues directly: no Q2D");
+        let d2c: u64 = r["d2c_ns"].parse().unwrap();
+        let q2c: u64 = r["q2c_ns"].parse().unwrap();
+        assert!(d2c > 0 && q2c >= d2c, "{r:?}");
+        sectors.push(r["sector"].parse().unwrap());
+    }
+    sectors.sort();
+    let want: Vec<u64> = (0..100).map(|i| i * 8).collect();
+    assert_eq!(
+        sectors, want,
+        "dd writes 4k blocks back to back from sector 0"
+    );
+    let _ = std::fs::remove_file(csv);
+}
+
+#[test]
+fn record_reads_through_a_scheduler_have_q2d() {
+    if !kernel_ready("record_reads_through_a_scheduler_have_q2d") {
+        return;
+    }
+    let l = LoopDev::new("r64k", 64);
+    l.scheduler("mq-deadline");
+    let csv = tmp("r64k.csv");
+    let inf = format!("if={}", l.dev);
+    // Skip the first MiB so the sectors are not the default 0.. range.
+    record(
+        &l.dev,
+        &csv,
+        &dd(&[
+            &inf,
+            "of=/dev/null",
+            "bs=64k",
+            "count=50",
+            "skip=16",
+            "iflag=direct",
+        ]),
+    );
+    let rows = read_csv(&csv);
+    assert_eq!(rows.len(), 50);
+    let mut sectors: Vec<u64> = Vec::new();
+    for r in &rows {
+        assert_eq!((r["op"].as_str(), r["bytes"].as_str()), ("read", "65536"));
+        let q2d: u64 = r["q2d_ns"]
+            .parse()
+            .expect("mq-deadline inserts: Q2D present");
+        let d2c: u64 = r["d2c_ns"].parse().unwrap();
+        let q2c: u64 = r["q2c_ns"].parse().unwrap();
+        assert!(d2c > 0);
+        assert_eq!(q2c, q2d + d2c, "stages share their timestamps");
+        sectors.push(r["sector"].parse().unwrap());
+    }
+    sectors.sort();
+    assert_eq!(
+        sectors,
+        (0..50).map(|i| 2048 + i * 128).collect::<Vec<u64>>()
+    );
+    let _ = std::fs::remove_file(csv);
+}
+
+#[test]
+fn stat_and_report_count_what_was_issued() {
+    if !kernel_ready("stat_and_report_count_what_was_issued") {
+        return;
+    }
+    let l = LoopDev::new("stat", 64);
+    l.scheduler("mq-deadline");
+    let script = format!(
+        "dd if=/dev/zero of={d} bs=8k count=120 oflag=direct status=none && \
+         dd if={d} of=/dev/null bs=4k count=70 iflag=direct status=none",
+        d = l.dev
+    );
+    let out = run_ok(Command::new(bin()).args([
+        "stat",
+        "-d",
+        &l.name,
+        "--interval",
+        "0.2",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary = &text[text.find("=== summary").expect("a final summary")..];
+    assert_eq!(
+        table_count(summary, &[&l.name, "write"], "d2c"),
+        Some(120),
+        "{summary}"
+    );
+    assert_eq!(
+        table_count(summary, &[&l.name, "write"], "q2c"),
+        Some(120),
+        "{summary}"
+    );
+    assert_eq!(
+        table_count(summary, &[&l.name, "read"], "d2c"),
+        Some(70),
+        "{summary}"
+    );
+    assert!(summary.contains("lost 0"), "{summary}");
+
+    let csv = tmp("report.csv");
+    record(&l.dev, &csv, &["sh".into(), "-c".into(), script.clone()]);
+    let rep = run_ok(Command::new(bin()).arg("report").arg(&csv));
+    let rep = String::from_utf8_lossy(&rep.stdout);
+    assert!(rep.contains("190 rows"), "{rep}");
+    assert_eq!(
+        table_count(&rep, &[&l.name, "write"], "q2c"),
+        Some(120),
+        "{rep}"
+    );
+    assert_eq!(
+        table_count(&rep, &[&l.name, "read"], "q2d"),
+        Some(70),
+        "{rep}"
+    );
+    let _ = std::fs::remove_file(csv);
+}
+
+#[test]
+fn sigint_and_duration_stop_cleanly_and_keep_rows() {
+    if !kernel_ready("sigint_and_duration_stop_cleanly_and_keep_rows") {
+        return;
+    }
+    let l = LoopDev::new("sig", 64);
+    l.scheduler("none");
+    let csv = tmp("sig.csv");
+    let child = Command::new(bin())
+        .args(["record", "-d", &l.dev, "-o"])
+        .arg(&csv)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Tracing is on once the header is written and events are enabled; give it a moment.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let of = format!("of={}", l.dev);
+    run_ok(Command::new("dd").args([
+        "if=/dev/zero",
+        &of,
+        "bs=4k",
+        "count=37",
+        "oflag=direct",
+        "status=none",
+    ]));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(read_csv(&csv).len(), 37, "rows flushed on SIGINT");
+
+    let t = std::time::Instant::now();
+    let out = run_ok(
+        Command::new(bin())
+            .args(["record", "-d", &l.dev, "--duration", "0.3", "-o"])
+            .arg(&csv),
+    );
+    assert!(t.elapsed().as_secs_f64() < 5.0);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--duration reached"));
+    assert_eq!(read_csv(&csv).len(), 0, "no I/O during that run");
+    let _ = std::fs::remove_file(csv);
+}
+
+#[test]
+fn command_exit_status_is_reported_and_returned() {
+    if !kernel_ready("command_exit_status_is_reported_and_returned") {
+        return;
+    }
+    let l = LoopDev::new("exit", 16);
+    let out = Command::new(bin())
+        .args([
+            "record",
+            "-d",
+            &l.dev,
+            "-o",
+            "/dev/null",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exited with status 3"));
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} should fail");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected `{needle}` in: {err}"
+    );
+}
+
+#[test]
+fn bad_input_is_refused_before_tracing_with_what_to_do() {
+    fails_with(
+        &["record", "-d", "nosuchdisk0"],
+        "unknown block device `nosuchdisk0`",
+    );
+    fails_with(
+        &["record", "-o", "/nonexistent-dir/x.csv", "--duration", "1"],
+        "cannot create output /nonexistent-dir/x.csv",
+    );
+    fails_with(
+        &["record", "--tracefs", "/nonexistent"],
+        "not a tracefs tree",
+    );
+    fails_with(&["record", "--profile", "bogus"], "unknown profile `bogus`");
+    fails_with(&["record", "--mmap-pages", "3"], "power of two");
+    fails_with(&["stat", "--interval=-1"], "--interval -1");
+    fails_with(
+        &["record", "--", "no-such-command-xyz"],
+        "command `no-such-command-xyz` not found",
+    );
+    // A tracefs tree without the block events: the missing events are named with why.
+    let dir = tmp("fake-tracefs");
+    std::fs::create_dir_all(dir.join("events/sched")).unwrap();
+    fails_with(
+        &["record", "--tracefs", dir.to_str().unwrap()],
+        "block:block_rq_issue",
+    );
+    fails_with(&["report", "/nonexistent.csv"], "/nonexistent.csv");
+    let bad = tmp("bad.csv");
+    std::fs::write(&bad, "a,b\n1,2\n").unwrap();
+    fails_with(
+        &["report", bad.to_str().unwrap()],
+        "not that of any ntprof-perf profile",
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_file(bad);
+}
+
+#[test]
+fn list_shows_block_supported() {
+    if !kernel_ready("list_shows_block_supported") {
+        return;
+    }
+    let out = run_ok(Command::new(bin()).arg("list"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("block      supported"), "{text}");
+    assert!(text.contains("ok       block:block_rq_complete"), "{text}");
+}

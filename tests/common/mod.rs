@@ -1,0 +1,135 @@
+//! Shared helpers for integration tests that drive the real kernel.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ntprof-perf")
+}
+
+/// Whether the kernel can be used (root, tracefs mounted or mountable). When it cannot
+/// and `NTPROF_REQUIRE_KERNEL=1` (CI), this panics; otherwise it prints a loud skip.
+pub fn kernel_ready(test: &str) -> bool {
+    let why = if !nix::unistd::geteuid().is_root() {
+        Some("not running as root".to_string())
+    } else if !Path::new("/sys/kernel/tracing/events").is_dir()
+        && !Path::new("/sys/kernel/debug/tracing/events").is_dir()
+    {
+        let _ = Command::new("mount")
+            .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+            .status();
+        (!Path::new("/sys/kernel/tracing/events").is_dir())
+            .then(|| "tracefs is not mounted and could not be mounted".to_string())
+    } else {
+        None
+    };
+    match why {
+        None => true,
+        Some(why) => {
+            if std::env::var("NTPROF_REQUIRE_KERNEL").as_deref() == Ok("1") {
+                panic!("{test}: NTPROF_REQUIRE_KERNEL=1 but the kernel is not usable: {why}");
+            }
+            eprintln!("SKIPPED {test}: {why}");
+            false
+        }
+    }
+}
+
+/// A loop device backed by a file on tmpfs; detached and removed on drop.
+pub struct LoopDev {
+    pub dev: String,
+    pub name: String,
+    dir: PathBuf,
+}
+
+impl LoopDev {
+    pub fn new(tag: &str, mib: u32) -> LoopDev {
+        let dir = std::env::temp_dir().join(format!("ntprof-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // tmpfs so that the I/O is pure CPU work and no other filesystem's I/O mixes in.
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
+                .arg(&dir),
+        );
+        let img = dir.join("img");
+        let f = std::fs::File::create(&img).unwrap();
+        f.set_len(mib as u64 * 1024 * 1024).unwrap();
+        let out = run_ok(Command::new("losetup").args(["-f", "--show"]).arg(&img));
+        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let name = dev.trim_start_matches("/dev/").to_string();
+        LoopDev { dev, name, dir }
+    }
+
+    /// Choose the I/O scheduler (mq-deadline makes requests go through insert → Q2D).
+    pub fn scheduler(&self, s: &str) {
+        let p = format!("/sys/block/{}/queue/scheduler", self.name);
+        std::fs::write(&p, s).unwrap_or_else(|e| panic!("{p}: {e}"));
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        let _ = Command::new("umount").arg(&self.dir).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Rows of a CSV as maps of column → value.
+pub fn read_csv(path: &Path) -> Vec<std::collections::HashMap<String, String>> {
+    let mut rd = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let heads: Vec<String> = rd.headers().unwrap().iter().map(String::from).collect();
+    rd.records()
+        .map(|r| {
+            let r = r.unwrap();
+            heads
+                .iter()
+                .cloned()
+                .zip(r.iter().map(String::from))
+                .collect()
+        })
+        .collect()
+}
+
+pub fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("ntprof-{}-{name}", std::process::id()))
+}
+
+/// The COUNT of a stage row of a stat/report table for a group, e.g.
+/// (["loop3", "write"], "d2c").
+pub fn table_count(text: &str, group: &[&str], stage: &str) -> Option<u64> {
+    let mut in_group = false;
+    for line in text.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() >= group.len() && cols[..group.len()] == *group {
+            in_group = true;
+            if cols.get(group.len()) == Some(&stage) {
+                return cols.get(group.len() + 1)?.parse().ok();
+            }
+            continue;
+        }
+        if in_group {
+            if cols.first() == Some(&stage) {
+                return cols.get(1)?.parse().ok();
+            }
+            // A new group starts with a label in the first column, a stage row does not.
+            if line.starts_with(|c: char| !c.is_whitespace()) {
+                in_group = false;
+            }
+        }
+    }
+    None
+}
