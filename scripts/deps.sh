@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install what building, running and testing ntprof-perf needs on Debian 12 (as root).
+# Idempotent: installs only what is missing. Rust itself is expected (rustup / Debian).
+set -euo pipefail
+pkgs=(fio util-linux kmod
+      # the VM rig (tests/vm) and kernel_change/ checks
+      qemu-system-x86 busybox-static linux-source-6.1 linux-source-6.12
+      build-essential flex bison bc libelf-dev libssl-dev cpio xz-utils)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+    echo "deps: cargo not found; install Rust (https://rustup.rs or apt-get install cargo)" >&2
+    exit 1
+fi
+# tracefs is where event formats live; some machines boot without it mounted.
+if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ]; then
+    mount -t tracefs nodev /sys/kernel/tracing
+fi

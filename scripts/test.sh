@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Run every check and test of ntprof-perf on this machine (as root): formatting, lints,
+# unit tests, integration tests on the real kernel (loop devices), and the NVMe/TCP VM
+# rig (tests/vm). Kernel tests fail rather than skip here (NTPROF_REQUIRE_KERNEL=1).
+# NTPROF_VM=0 leaves out the VM tests (they need a kernel build, ~5 min the first time).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+./scripts/deps.sh
+export NTPROF_REQUIRE_KERNEL=1
+export NTPROF_VM=${NTPROF_VM:-1}
+cargo fmt --all -- --check
+cargo clippy --release --all-targets -- -D warnings
+cargo test --release
