@@ -44,7 +44,11 @@ fn main() {
             .int("sector", sector)
             .int("nr_sector", 8)
             .bytes("rwbs", rwbs);
-        let b = if f.field("bytes").is_some() { b.int("bytes", 4096) } else { b };
+        let b = if f.field("bytes").is_some() {
+            b.int("bytes", 4096)
+        } else {
+            b
+        };
         b.build()
     };
 
