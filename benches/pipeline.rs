@@ -77,7 +77,7 @@ fn main() {
     let mut pipe = Pipeline::new(decoder, BlockCorrelator::new(BlockConfig::default()));
     let mut records = 0u64;
     let mut d2c_sum = 0u64;
-    let mut pos = vec![0usize; CPUS];
+    let mut pos = [0usize; CPUS];
     let start = Instant::now();
     loop {
         let mut any = false;
