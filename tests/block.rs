@@ -300,3 +300,18 @@ fn list_shows_block_supported() {
     assert!(text.contains("block      supported"), "{text}");
     assert!(text.contains("ok       block:block_rq_complete"), "{text}");
 }
+
+#[test]
+fn not_root_is_told_what_to_do() {
+    if !kernel_ready("not_root_is_told_what_to_do") {
+        return;
+    }
+    // As nobody, tracefs (mode 0700) cannot be read: the error must say why and what to do.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin(), "record"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("permission denied") && err.contains("root"), "{err}");
+}

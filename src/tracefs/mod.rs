@@ -24,6 +24,11 @@ pub enum TracefsError {
     NotMounted,
     #[error("{0} has no events/ directory: it is not a tracefs tree")]
     NotATracefs(PathBuf),
+    #[error(
+        "permission denied reading {0}: tracing needs root (run with sudo), or CAP_PERFMON \
+         plus read access to tracefs"
+    )]
+    PermissionDenied(PathBuf),
     #[error("event {system}:{event} does not exist in {root} ({reason})")]
     MissingEvent {
         system: String,
@@ -71,14 +76,23 @@ impl Tracefs {
         if let Some(d) = dir {
             return Tracefs::at(d);
         }
-        MOUNT_POINTS
-            .iter()
-            .map(Path::new)
-            .find(|p| p.join("events").is_dir())
-            .map(|p| Tracefs {
-                root: p.to_path_buf(),
-            })
-            .ok_or(TracefsError::NotMounted)
+        let mut denied = None;
+        for p in MOUNT_POINTS.iter().map(Path::new) {
+            match fs::metadata(p.join("events")) {
+                Ok(m) if m.is_dir() => {
+                    return Ok(Tracefs {
+                        root: p.to_path_buf(),
+                    })
+                }
+                // Mounted but not ours to read: saying "not mounted" would send the
+                // user to mount it again.
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    denied.get_or_insert(p.to_path_buf());
+                }
+                _ => {}
+            }
+        }
+        Err(denied.map_or(TracefsError::NotMounted, TracefsError::PermissionDenied))
     }
 
     pub fn at(dir: &Path) -> Result<Tracefs, TracefsError> {
