@@ -5,7 +5,12 @@ use crate::tracefs::{Tracefs, TracefsError};
 
 /// Every profile, in the order `list` shows them.
 pub fn all() -> Vec<&'static ProfileInfo> {
-    vec![&correlate::block::INFO]
+    vec![
+        &correlate::block::INFO,
+        &correlate::nvme::INFO,
+        &correlate::nvmet::INFO,
+        &correlate::nvme_tcp::INFO,
+    ]
 }
 
 pub fn find(name: &str) -> Option<&'static ProfileInfo> {

@@ -308,10 +308,19 @@ fn not_root_is_told_what_to_do() {
     }
     // As nobody, tracefs (mode 0700) cannot be read: the error must say why and what to do.
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin(), "record"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            bin(),
+            "record",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("permission denied") && err.contains("root"), "{err}");
+    assert!(
+        err.contains("permission denied") && err.contains("root"),
+        "{err}"
+    );
 }

@@ -41,6 +41,15 @@ pub enum Cmd {
     Stat(StatArgs),
     /// Print the summary tables of a CSV written by `record` (offline profiling).
     Report(ReportArgs),
+    /// Join an nvme-tcp recording made on the host (`record --side host`) with one made
+    /// on the target (`record --side target`) into the full breakdown: host, network
+    /// and target stages per I/O, the rows a joint (loopback) recording would have.
+    ///
+    /// Host and target I/Os are paired by (cntlid, qid, cid) and time; the offset
+    /// between the two machines' clocks is estimated from the rows (the wall-clock
+    /// times must agree within --max-skew-ms). Stage values never mix the two clocks.
+    #[command(verbatim_doc_comment)]
+    Merge(MergeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -60,6 +69,29 @@ pub struct Selection {
     /// Repeat for several. Applied in the kernel with a tracepoint filter. Default: all.
     #[arg(short, long = "device", value_name = "DEV")]
     pub devices: Vec<String>,
+    /// nvme/nvmet profiles: only this controller (host: N of nvmeN; target: cntlid).
+    /// Applied in the kernel with a tracepoint filter.
+    #[arg(long, value_name = "N")]
+    pub ctrl: Option<u32>,
+    /// nvme/nvmet profiles: only this namespace id.
+    #[arg(long, value_name = "N")]
+    pub nsid: Option<u32>,
+    /// nvme/nvmet profiles: only this queue id (0 is the admin queue).
+    #[arg(long, value_name = "N")]
+    pub qid: Option<u32>,
+    /// nvme/nvmet profiles: also trace admin queue (qid 0) commands, skipped by default.
+    #[arg(long)]
+    pub admin: bool,
+    /// nvme-tcp profile: the side(s) of NVMe/TCP this machine traces: `host`, `target`,
+    /// or `both` (loopback, or host and target of different connections). For two
+    /// machines record `--side host` on one and `--side target` on the other, then
+    /// join the CSVs with `ntprof-perf merge`.
+    #[arg(long, value_name = "SIDE", default_value = "both")]
+    pub side: String,
+    /// nvme-tcp profile: trace 1 in N I/Os (N = 1, 2, 4, 8 or 16), keeping every event
+    /// of a sampled I/O. Chosen in the kernel by the command id's generation bits.
+    #[arg(long, value_name = "N")]
+    pub sample: Option<u32>,
     /// Stop after this many seconds (fractions allowed).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -90,6 +122,20 @@ pub struct StatArgs {
     /// Seconds between interval tables (fractions allowed); 0 prints only the summary.
     #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS")]
     pub interval: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// CSV of `ntprof-perf record --profile nvme-tcp --side host`.
+    pub host: PathBuf,
+    /// CSV of `ntprof-perf record --profile nvme-tcp --side target`.
+    pub target: PathBuf,
+    /// Write the joined CSV here instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// How far apart the two machines' wall clocks may be (milliseconds).
+    #[arg(long, default_value_t = 50, value_name = "MS")]
+    pub max_skew_ms: u64,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,9 @@ use super::args::{RecordArgs, Selection, StatArgs};
 use super::seconds;
 use anyhow::{bail, Context, Result};
 use ntprof_perf::correlate::block::{BlockConfig, BlockCorrelator};
+use ntprof_perf::correlate::nvme::{CmdSelect, NvmeConfig, NvmeCorrelator, DEFAULT_LBA_SIZE};
+use ntprof_perf::correlate::nvme_tcp::{Side, TcpConfig, TcpCorrelator};
+use ntprof_perf::correlate::nvmet::NvmetCorrelator;
 use ntprof_perf::correlate::{Correlator, ProfileInfo};
 use ntprof_perf::decode::Decoder;
 use ntprof_perf::device::{BlockDevice, SysBlock};
@@ -30,6 +33,11 @@ struct Plan {
     mmap_pages: usize,
     duration: Option<Duration>,
     command: Vec<String>,
+    /// nvme/nvmet command selection (--ctrl, --nsid, --qid, --admin).
+    select: CmdSelect,
+    /// nvme-tcp: --side and --sample.
+    side: Side,
+    sample_mask: u16,
 }
 
 fn plan(sel: &Selection) -> Result<Plan> {
@@ -46,6 +54,10 @@ fn plan(sel: &Selection) -> Result<Plan> {
     let missing: Vec<String> = status
         .iter()
         .filter(|s| s.req.required)
+        // A machine that is only an NVMe/TCP target has no host events.
+        .filter(|s| {
+            !(info.name == "nvme-tcp" && sel.side == "target" && s.req.system == "nvme_tcp")
+        })
         .filter_map(|s| {
             s.missing
                 .as_ref()
@@ -90,6 +102,15 @@ fn plan(sel: &Selection) -> Result<Plan> {
         mmap_pages: sel.mmap_pages,
         duration,
         command: sel.command.clone(),
+        select: CmdSelect {
+            ctrl: sel.ctrl,
+            qid: sel.qid,
+            nsid: sel.nsid,
+            admin: sel.admin || sel.qid == Some(0),
+        },
+        side: Side::parse(&sel.side)
+            .with_context(|| format!("--side {}: give host, target or both", sel.side))?,
+        sample_mask: sample_mask(sel.sample)?,
     })
 }
 
@@ -134,6 +155,9 @@ pub fn stat(a: StatArgs) -> Result<i32> {
 fn run(p: Plan, out: Output, csv_path: Option<PathBuf>) -> Result<i32> {
     match p.info.name {
         "block" => {
+            if p.select != CmdSelect::default() {
+                bail!("--ctrl, --nsid, --qid and --admin select NVMe commands (profiles nvme, nvmet); the block profile selects with --device");
+            }
             let devs: Vec<u32> = p.devices.iter().map(BlockDevice::kernel_dev).collect();
             let filter = (!devs.is_empty()).then(|| {
                 devs.iter()
@@ -154,8 +178,80 @@ fn run(p: Plan, out: Output, csv_path: Option<PathBuf>) -> Result<i32> {
                 .collect();
             drive(&p, &events, corr, out, csv_path)
         }
+        "nvme" | "nvmet" => {
+            if !p.devices.is_empty() {
+                bail!(
+                    "--device selects block devices for the block profile; the {} profile selects with --ctrl, --nsid and --qid",
+                    p.info.name
+                );
+            }
+            let names = SysBlock::default().names();
+            let cfg = NvmeConfig {
+                select: p.select.clone(),
+                lba_sizes: lba_sizes(&names),
+                // Host disks only: their block events give the time before the driver.
+                disk_devs: names
+                    .iter()
+                    .filter(|(_, n)| n.starts_with("nvme"))
+                    .map(|(d, n)| (n.clone(), *d))
+                    .collect(),
+                ..Default::default()
+            };
+            if p.info.name == "nvme" && cfg.disk_devs.is_empty() {
+                eprintln!(
+                    "ntprof-perf: no nvme disks in /sys/class/block yet: LBA size assumed {DEFAULT_LBA_SIZE} (see the lba_size column), no block-layer stages"
+                );
+            }
+            // Block events only for the nvme disks known now: unfiltered they would
+            // carry every disk's I/O through the rings for nothing.
+            let block_filter = (!cfg.disk_devs.is_empty()).then(|| {
+                let mut devs: Vec<u32> = cfg.disk_devs.values().copied().collect();
+                devs.sort_unstable();
+                devs.iter()
+                    .map(|d| format!("dev == {d}"))
+                    .collect::<Vec<_>>()
+                    .join(" || ")
+            });
+            let status = profile::check(p.info, &p.tfs);
+            let events: Vec<(&str, &str, Option<String>)> = status
+                .iter()
+                .filter(|s| s.missing.is_none())
+                .filter_map(|s| {
+                    let filter = match s.req.event {
+                        "nvme_setup_cmd" | "nvmet_req_init" => p.select.cmd_filter(),
+                        "nvme_complete_rq" | "nvmet_req_complete" => p.select.done_filter(),
+                        _ => Some(block_filter.clone()?),
+                    };
+                    Some((s.req.system, s.req.event, filter))
+                })
+                .collect();
+            if p.info.name == "nvme" {
+                drive(&p, &events, NvmeCorrelator::new(cfg), out, csv_path)
+            } else {
+                drive(&p, &events, NvmetCorrelator::new(cfg), out, csv_path)
+            }
+        }
+        "nvme-tcp" => run_nvme_tcp(&p, out, csv_path),
         other => bail!("profile `{other}` has no live driver"),
     }
+}
+
+/// `queue/logical_block_size` of every block device, by name: the nvme profiles turn
+/// a command's block count into bytes with it. Unreadable entries are left out (the
+/// correlator then assumes 512 and its `lba_size` column says so).
+fn lba_sizes(
+    names: &std::collections::HashMap<u32, String>,
+) -> std::collections::HashMap<String, u32> {
+    names
+        .values()
+        .filter_map(|n| {
+            let path = Path::new("/sys/class/block")
+                .join(n)
+                .join("queue/logical_block_size");
+            let size = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+            Some((n.clone(), size))
+        })
+        .collect()
 }
 
 /// Bind layouts, open rings, run until a stop condition, report.
@@ -300,4 +396,120 @@ fn finish_output(out: &mut Output, health: &Health, t0: Instant, p: &Plan) -> Re
         }
     }
     Ok(())
+}
+
+/// `--sample N` as the mask of command id bits that must be 0: the generation counter
+/// (cid bits 12..15, bumped each time a tag is reused) changes with every command even
+/// at queue depth 1, where the tag bits stay the same.
+fn sample_mask(sample: Option<u32>) -> Result<u16> {
+    match sample {
+        None | Some(1) => Ok(0),
+        Some(n @ (2 | 4 | 8 | 16)) => Ok(((n - 1) as u16) << 12),
+        Some(n) => bail!(
+            "--sample {n}: give 1, 2, 4, 8 or 16 (the command id has 4 generation bits to sample on)"
+        ),
+    }
+}
+
+/// The ftrace filter keeping 1 in N commands: `!(cid & 4096) && !(cid & 8192)` for
+/// N = 4. One test per bit because the kernel's filter rejects `(cid & 12288) == 0`.
+fn sample_filter(mask: u16) -> Option<String> {
+    let parts: Vec<String> = (0..16)
+        .filter(|b| mask & (1 << b) != 0)
+        .map(|b| format!("!(cid & {})", 1u32 << b))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(" && "))
+}
+
+/// The nvme-tcp profile: events of the chosen side(s), filtered in the kernel by
+/// queue, controller and sample bits; block events only for nvme disks.
+fn run_nvme_tcp(p: &Plan, out: Output, csv_path: Option<PathBuf>) -> Result<i32> {
+    if !p.devices.is_empty() {
+        bail!("--device selects block devices for the block profile; the nvme-tcp profile selects with --ctrl and --qid");
+    }
+    let status = profile::check(p.info, &p.tfs);
+    let have = |system: &str| {
+        status
+            .iter()
+            .any(|s| s.req.system == system && s.missing.is_none())
+    };
+    let missing_of = |system: &str| -> Vec<String> {
+        status
+            .iter()
+            .filter(|s| s.req.system == system)
+            .filter_map(|s| {
+                s.missing
+                    .as_ref()
+                    .map(|m| format!("  {}:{}: {m}", s.req.system, s.req.event))
+            })
+            .collect()
+    };
+    for (on, system) in [(p.side.host(), "nvme_tcp"), (p.side.target(), "nvmet_tcp")] {
+        let m = missing_of(system);
+        if on && !m.is_empty() && (p.side != Side::Both || system == "nvme_tcp" || have(system)) {
+            bail!(
+                "--side {}: this kernel lacks events the nvme-tcp profile needs:\n{}",
+                p.side.as_str(),
+                m.join("\n")
+            );
+        }
+    }
+    let target_on = p.side.target() && have("nvmet_tcp");
+    if p.side == Side::Both && !target_on {
+        eprintln!("ntprof-perf: no nvmet_tcp events on this kernel: host-side stages only (the target is elsewhere or unpatched)");
+    }
+    let mut ids: Vec<String> = Vec::new();
+    match p.select.qid {
+        Some(q) => ids.push(format!("qid == {q}")),
+        None if !p.select.admin => ids.push("qid != 0".into()),
+        None => {}
+    }
+    ids.extend(sample_filter(p.sample_mask));
+    let target_filter = (!ids.is_empty()).then(|| ids.join(" && "));
+    if let Some(c) = p.select.ctrl {
+        ids.push(format!("ctrl_id == {c}"));
+    }
+    let host_filter = (!ids.is_empty()).then(|| ids.join(" && "));
+    let names = SysBlock::default().names();
+    let mut nvme_devs: Vec<u32> = names
+        .iter()
+        .filter(|(_, n)| n.starts_with("nvme"))
+        .map(|(d, _)| *d)
+        .collect();
+    nvme_devs.sort_unstable();
+    // Block events only when both ends are there and nvme disks exist now: unfiltered
+    // they would carry every disk's I/O through the rings for nothing.
+    let block = p.side.host()
+        && have("block")
+        && status
+            .iter()
+            .filter(|s| s.req.system == "block")
+            .all(|s| s.missing.is_none())
+        && !nvme_devs.is_empty();
+    let block_filter = nvme_devs
+        .iter()
+        .map(|d| format!("dev == {d}"))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    let events: Vec<(&str, &str, Option<String>)> = status
+        .iter()
+        .filter(|s| s.missing.is_none())
+        .filter_map(|s| {
+            let filter = match s.req.system {
+                "nvme_tcp" if p.side.host() => host_filter.clone(),
+                "nvmet_tcp" if target_on => target_filter.clone(),
+                "block" if block => Some(block_filter.clone()),
+                _ => return None,
+            };
+            Some((s.req.system, s.req.event, filter))
+        })
+        .collect();
+    let corr = TcpCorrelator::new(TcpConfig {
+        side: if target_on { p.side } else { Side::Host },
+        block,
+        admin: p.select.admin,
+        sample_mask: p.sample_mask,
+        ..Default::default()
+    });
+    drive(p, &events, corr, out, csv_path)
 }

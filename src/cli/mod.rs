@@ -2,6 +2,7 @@
 
 pub mod args;
 mod live;
+mod merge;
 mod report;
 
 use anyhow::{bail, Context, Result};
@@ -16,6 +17,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Record(a) => live::record(a),
         Cmd::Stat(a) => live::stat(a),
         Cmd::Report(a) => report::report(&a),
+        Cmd::Merge(a) => merge::merge(&a),
     }
 }
 

@@ -39,13 +39,19 @@ pub fn report(a: &ReportArgs) -> Result<i32> {
         values.clear();
         for (&i, name) in stages.iter().zip(info.stages) {
             let cell = rec.get(i).unwrap_or("");
-            values.push(if cell.is_empty() {
-                None
-            } else {
-                Some(cell.parse::<u64>().with_context(|| {
-                    format!("{path} line {line}: column {name} holds `{cell}`, not a number of ns")
-                })?)
-            });
+            // nvme-tcp's network time can be negative (see its module doc); stat skips
+            // such values, and so does report.
+            values.push(
+                if cell.is_empty() || (cell.starts_with('-') && cell[1..].parse::<u64>().is_ok()) {
+                    None
+                } else {
+                    Some(cell.parse::<u64>().with_context(|| {
+                        format!(
+                            "{path} line {line}: column {name} holds `{cell}`, not a number of ns"
+                        )
+                    })?)
+                },
+            );
         }
         let status = match status_col.and_then(|i| rec.get(i)) {
             Some("error") => Status::Error,

@@ -211,6 +211,8 @@ impl BlockCorrelator {
         }
         let key = (e.dev, e.sector);
         match e.kind {
+            // Bios are not requests; this profile does not open the event.
+            BlockKind::BioQueue => return,
             BlockKind::Insert => {
                 if let Some(p) = self.pending.get_mut(&key) {
                     // Inserted again: a requeue. Keep the first start, wait for a new issue.
@@ -320,8 +322,9 @@ impl Correlator for BlockCorrelator {
     }
 
     fn on_event(&mut self, ev: &Event, out: &mut dyn FnMut(BlockRecord)) {
-        let EventKind::Block(b) = &ev.kind;
-        self.on_block(ev.time, b, out);
+        if let EventKind::Block(b) = &ev.kind {
+            self.on_block(ev.time, b, out);
+        }
     }
 
     fn finish(&mut self, out: &mut dyn FnMut(BlockRecord)) {

@@ -5,6 +5,10 @@
 //! an I/O completes or is given up. It does no I/O of its own.
 
 pub mod block;
+pub mod merge;
+pub mod nvme;
+pub mod nvme_tcp;
+pub mod nvmet;
 
 use crate::decode::Event;
 use std::hash::{BuildHasherDefault, Hasher};

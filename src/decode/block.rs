@@ -5,6 +5,9 @@ use crate::tracefs::EventFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BlockKind {
+    /// `block_bio_queue`: a bio entered the block layer (before any request exists).
+    /// Opened by the nvme profiles (not block), for the time spent before the driver.
+    BioQueue,
     Insert,
     Issue,
     Complete,
@@ -13,6 +16,7 @@ pub enum BlockKind {
 impl BlockKind {
     pub fn from_event(name: &str) -> Option<BlockKind> {
         match name {
+            "block_bio_queue" => Some(BlockKind::BioQueue),
             "block_rq_insert" => Some(BlockKind::Insert),
             "block_rq_issue" => Some(BlockKind::Issue),
             "block_rq_complete" => Some(BlockKind::Complete),
@@ -22,6 +26,7 @@ impl BlockKind {
 
     fn event_name(self) -> &'static str {
         match self {
+            BlockKind::BioQueue => "block:block_bio_queue",
             BlockKind::Insert => "block:block_rq_insert",
             BlockKind::Issue => "block:block_rq_issue",
             BlockKind::Complete => "block:block_rq_complete",

@@ -7,6 +7,9 @@
 
 pub mod block;
 pub mod field;
+pub mod nvme;
+pub mod nvme_tcp;
+pub mod nvmet;
 
 pub use block::{BlockEvent, BlockKind, Op};
 pub use field::{FieldReader, Want};
@@ -48,12 +51,21 @@ pub struct Event {
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventKind {
     Block(BlockEvent),
+    /// Host NVMe driver (`nvme:*`).
+    Nvme(nvme::NvmeEvent),
+    /// NVMe target (`nvmet:*`).
+    Nvmet(nvme::NvmeEvent),
+    /// NVMe/TCP host (`nvme_tcp:*`) or target (`nvmet_tcp:*`), kernel_change/ patch.
+    NvmeTcp(nvme_tcp::TcpEvent),
 }
 
 /// What a tracepoint id decodes into.
 #[derive(Debug, Clone)]
 enum Slot {
     Block(block::BlockLayout),
+    Nvme(nvme::NvmeLayout),
+    Nvmet(nvmet::NvmetLayout),
+    NvmeTcp(nvme_tcp::TcpLayout),
 }
 
 /// The layouts of every event a run decodes, dispatched by `common_type`.
@@ -90,6 +102,18 @@ impl Decoder {
                 Some(kind) => Slot::Block(block::BlockLayout::bind(&fmt, kind)?),
                 None => return Err(unknown(system, event)),
             },
+            ("nvme", e) => match nvme::NvmeLayout::bind(&fmt, e) {
+                Some(l) => Slot::Nvme(l?),
+                None => return Err(unknown(system, event)),
+            },
+            ("nvmet", e) => match nvmet::NvmetLayout::bind(&fmt, e) {
+                Some(l) => Slot::Nvmet(l?),
+                None => return Err(unknown(system, event)),
+            },
+            ("nvme_tcp" | "nvmet_tcp", e) => match nvme_tcp::TcpLayout::bind(&fmt, system, e) {
+                Some(l) => Slot::NvmeTcp(l?),
+                None => return Err(unknown(system, event)),
+            },
             _ => return Err(unknown(system, event)),
         };
         // `common_type` is a u16 in every record; ids above that cannot be dispatched.
@@ -119,6 +143,9 @@ impl Decoder {
         };
         let kind = match slot {
             Slot::Block(l) => EventKind::Block(l.decode(raw)?),
+            Slot::Nvme(l) => EventKind::Nvme(l.decode(raw)?),
+            Slot::Nvmet(l) => EventKind::Nvmet(l.decode(raw)?),
+            Slot::NvmeTcp(l) => EventKind::NvmeTcp(l.decode(raw)?),
         };
         Ok(Some(Event { time, cpu, kind }))
     }

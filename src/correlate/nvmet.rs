@@ -1,0 +1,327 @@
+//! The nvmet profile: target `nvmet_req_init` → `nvmet_req_complete`, keyed by
+//! (cntlid, qid, cid): how long each command stays in the target.
+
+use super::nvme::{CmdCore, CmdTracker, Finished, NvmeConfig};
+use super::{Cell, Correlator, Counters, EventReq, IoRecord, ProfileInfo, Status};
+use crate::decode::nvme::NvmeEvent;
+use crate::decode::{Event, EventKind};
+
+pub static INFO: ProfileInfo = ProfileInfo {
+    name: "nvmet",
+    about: "NVMe target (nvmet, any transport): command received → completion posted",
+    events: &[
+        EventReq {
+            system: "nvmet",
+            event: "nvmet_req_init",
+            required: true,
+            hint: "CONFIG_NVME_TARGET with a transport (modprobe nvmet nvmet-tcp)",
+        },
+        EventReq {
+            system: "nvmet",
+            event: "nvmet_req_complete",
+            required: true,
+            hint: "CONFIG_NVME_TARGET with a transport (modprobe nvmet nvmet-tcp)",
+        },
+    ],
+    columns: &[
+        "start_time",
+        "start_ns",
+        "cntlid",
+        "device",
+        "qid",
+        "cid",
+        "nsid",
+        "opcode",
+        "slba",
+        "bytes",
+        "lba_size",
+        "size_class",
+        "target_ns",
+        "nvme_status",
+        "status",
+    ],
+    group_columns: &["cntlid", "nsid", "opcode", "size_class"],
+    stages: &["target_ns"],
+};
+
+/// One command as the target saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmetRecord {
+    /// `disk` is the namespace's backing `device_path`; `cmd_ns` the residence time.
+    pub core: CmdCore,
+}
+
+impl IoRecord for NvmetRecord {
+    fn start_ns(&self) -> u64 {
+        self.core.submit_ns
+    }
+
+    fn cells(&self, out: &mut dyn FnMut(Cell<'_>)) {
+        let c = &self.core;
+        out(Cell::U64(c.ctrl_id as u64));
+        out(Cell::Str(c.disk.as_str()));
+        c.command_cells(out);
+        out(c.cmd_ns.into());
+        c.status_cell(out);
+        out(Cell::Str(c.status.as_str()));
+    }
+
+    fn group_key(&self) -> u64 {
+        self.core.group_key()
+    }
+
+    fn group_labels(&self) -> Vec<String> {
+        self.core.group_labels(self.core.ctrl_id.to_string())
+    }
+
+    fn stage(&self, i: usize) -> Option<u64> {
+        match i {
+            0 => self.core.cmd_ns,
+            _ => None,
+        }
+    }
+
+    fn status(&self) -> Status {
+        self.core.status
+    }
+}
+
+pub struct NvmetCorrelator {
+    tracker: CmdTracker,
+}
+
+impl NvmetCorrelator {
+    /// `cfg.disk_devs` is not used: the target's block I/O is not joined.
+    pub fn new(cfg: NvmeConfig) -> NvmetCorrelator {
+        let mut tracker = CmdTracker::new(cfg);
+        tracker.ctrl0_fallback = true;
+        NvmetCorrelator { tracker }
+    }
+
+    fn record((p, done): Finished) -> NvmetRecord {
+        NvmetRecord {
+            core: CmdTracker::core(&p, done),
+        }
+    }
+}
+
+impl Correlator for NvmetCorrelator {
+    type Record = NvmetRecord;
+
+    fn info(&self) -> &'static ProfileInfo {
+        &INFO
+    }
+
+    fn on_event(&mut self, ev: &Event, out: &mut dyn FnMut(NvmetRecord)) {
+        let EventKind::Nvmet(e) = &ev.kind else {
+            return;
+        };
+        let tracker = &mut self.tracker;
+        match e {
+            NvmeEvent::Cmd(c) => {
+                if tracker.selected(c) {
+                    tracker.submit(ev.time, c, None, &mut |f| out(Self::record(f)));
+                }
+            }
+            NvmeEvent::Done(d) => tracker.complete(ev.time, d, &mut |f| out(Self::record(f))),
+        }
+    }
+
+    fn finish(&mut self, out: &mut dyn FnMut(NvmetRecord)) {
+        self.tracker.finish(&mut |f| out(Self::record(f)));
+    }
+
+    fn counters(&self) -> Counters {
+        self.tracker.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::nvme::tests::{guest_tracefs, rw_dwords};
+    use super::super::nvme::CmdSelect;
+    use super::*;
+    use crate::decode::Decoder;
+    use crate::synth::RecordBuilder;
+    use crate::tracefs::EventFormat;
+
+    struct F {
+        init: EventFormat,
+        done: EventFormat,
+        decoder: Decoder,
+    }
+
+    fn formats() -> F {
+        let tfs = guest_tracefs();
+        let mut decoder = Decoder::new();
+        decoder.add(&tfs, "nvmet", "nvmet_req_init").unwrap();
+        decoder.add(&tfs, "nvmet", "nvmet_req_complete").unwrap();
+        F {
+            init: tfs.event("nvmet", "nvmet_req_init").unwrap(),
+            done: tfs.event("nvmet", "nvmet_req_complete").unwrap(),
+            decoder,
+        }
+    }
+
+    fn init(f: &F, ctrl: u64, qid: u64, cid: u64, opcode: u64, cdw: &[u8; 24]) -> Vec<u8> {
+        RecordBuilder::new(&f.init)
+            .int("cmd", 0xffff_8880_1234_5678)
+            .int("ctrl_id", ctrl)
+            .bytes("disk", b"/dev/nullb0")
+            .int("qid", qid)
+            .int("cid", cid)
+            .int("opcode", opcode)
+            // The only fabrics command the tests send is connect (fctype 1).
+            .int("fctype", if opcode == 0x7f { 0x01 } else { 0 })
+            .int("nsid", 1)
+            .int("metadata", 0)
+            .bytes("cdw10", cdw)
+            .build()
+    }
+
+    fn done(f: &F, ctrl: u64, qid: u64, cid: u64, status: u64) -> Vec<u8> {
+        RecordBuilder::new(&f.done)
+            .int("ctrl_id", ctrl)
+            .bytes("disk", b"/dev/nullb0")
+            .int("qid", qid)
+            .int("cid", cid)
+            .int("result", 0)
+            .int("status", status)
+            .build()
+    }
+
+    fn run(f: &F, cfg: NvmeConfig, samples: &[(u64, Vec<u8>)]) -> (Vec<NvmetRecord>, Counters) {
+        let mut c = NvmetCorrelator::new(cfg);
+        let mut out = Vec::new();
+        for (t, raw) in samples {
+            let ev = f.decoder.decode(raw, *t, 0).unwrap().expect("bound event");
+            c.on_event(&ev, &mut |r| out.push(r));
+        }
+        c.finish(&mut |r| out.push(r));
+        (out, c.counters())
+    }
+
+    fn cells(r: &NvmetRecord) -> Vec<String> {
+        let mut v = Vec::new();
+        r.cells(&mut |c| {
+            v.push(match c {
+                Cell::U64(x) => x.to_string(),
+                Cell::I64(x) => x.to_string(),
+                Cell::Str(s) => s.to_string(),
+                Cell::Empty => String::new(),
+            })
+        });
+        v
+    }
+
+    fn cfg() -> NvmeConfig {
+        NvmeConfig {
+            // The target's namespace is keyed by its device path's last component.
+            lba_sizes: [("nullb0".to_string(), 512)].into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn real_6_1_layout_field_types() {
+        let f = formats();
+        let ty = |fmt: &EventFormat, n: &str| {
+            let fl = fmt.field(n).unwrap();
+            (fl.type_name.clone(), fl.size)
+        };
+        assert_eq!(ty(&f.init, "ctrl_id"), ("u16".into(), 2));
+        assert_eq!(ty(&f.init, "cid"), ("u16".into(), 2));
+        assert_eq!(ty(&f.done, "cid"), ("int".into(), 4));
+        assert_eq!(ty(&f.init, "cdw10"), ("u8".into(), 24));
+    }
+
+    #[test]
+    fn read_write_and_error_on_the_target() {
+        let f = formats();
+        let (r, c) = run(
+            &f,
+            cfg(),
+            &[
+                (100, init(&f, 1, 2, 0x2001, 0x02, &rw_dwords(4096, 8))),
+                (150, init(&f, 1, 1, 0x3001, 0x01, &rw_dwords(0, 256))),
+                (400, done(&f, 1, 2, 0x2001, 0)),
+                (900, done(&f, 1, 1, 0x3001, 0x0280)),
+            ],
+        );
+        assert_eq!(c, Counters::default());
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            cells(&r[0]),
+            [
+                "1",
+                "/dev/nullb0",
+                "2",
+                "8193",
+                "1",
+                "read",
+                "4096",
+                "4096",
+                "512",
+                "<=4k",
+                "300",
+                "0x0",
+                "ok"
+            ]
+        );
+        assert_eq!(cells(&r[0]).len() + 2, INFO.columns.len());
+        assert_eq!(r[0].start_ns(), 100);
+        assert_eq!(
+            cells(&r[1])[5..],
+            ["write", "0", "131072", "512", "<=128k", "750", "0x280", "error"]
+        );
+        assert_eq!(r[1].status(), Status::Error);
+        assert_eq!(r[1].group_labels(), ["1", "1", "write", "<=128k"]);
+    }
+
+    #[test]
+    fn connect_is_matched_across_the_cntlid_it_creates() {
+        let f = formats();
+        let mut c = cfg();
+        c.select = CmdSelect {
+            admin: true,
+            ..Default::default()
+        };
+        let (r, n) = run(
+            &f,
+            c,
+            &[
+                (10, init(&f, 0, 0, 1, 0x7f, &[0; 24])),
+                (30, done(&f, 3, 0, 1, 0)),
+            ],
+        );
+        assert_eq!(n.unmatched, 0);
+        assert_eq!(
+            (r[0].core.cmd_ns, r[0].core.opcode_label().as_ref()),
+            (Some(20), "connect")
+        );
+    }
+
+    #[test]
+    fn reuse_admin_and_unmatched() {
+        let f = formats();
+        let (r, c) = run(
+            &f,
+            cfg(),
+            &[
+                (1, init(&f, 1, 0, 5, 0x18, &[0; 24])), // keep-alive: skipped
+                (2, done(&f, 1, 0, 5, 0)),
+                (3, init(&f, 1, 1, 6, 0x02, &rw_dwords(0, 8))),
+                (4, init(&f, 1, 1, 6, 0x02, &rw_dwords(8, 8))),
+                (5, done(&f, 1, 1, 6, 0)),
+                (6, done(&f, 1, 1, 99, 0)),
+            ],
+        );
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[0].status(), r[0].core.slba),
+            (Status::Incomplete, Some(0))
+        );
+        assert_eq!((r[1].status(), r[1].core.slba), (Status::Ok, Some(8)));
+        assert_eq!((c.requeued, c.incomplete, c.unmatched), (1, 1, 1));
+    }
+}

@@ -1,0 +1,445 @@
+//! NVMe host driver events: `nvme:nvme_setup_cmd` and `nvme:nvme_complete_rq`.
+//!
+//! Also the command-level vocabulary shared with the target events (`nvmet`): the
+//! decoded command and completion, opcode names, and the slba/length read from the
+//! command dwords. Pure decoding: no sysfs (the LBA size is the correlator's business).
+
+use super::{DecodeError, FieldReader, Want};
+use crate::tracefs::EventFormat;
+
+/// `DISK_NAME_LEN`: the size of the `disk` char array of the nvme and nvmet events.
+pub const DISK_LEN: usize = 32;
+
+/// Bytes of command dwords 10..15 that the events copy (`u8 cdw10[24]`).
+pub const CDW_LEN: usize = 24;
+
+/// The NVMe-oF "fabrics command" opcode: its meaning is in `fctype`, not `opcode`.
+pub const OPC_FABRICS: u8 = 0x7f;
+
+/// A disk name held inline (the kernel's `char disk[32]`), so events stay plain data
+/// and decoding a sample allocates nothing.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct DiskName {
+    bytes: [u8; DISK_LEN],
+    len: u8,
+}
+
+impl DiskName {
+    /// Up to the first NUL; longer input is cut to `DISK_LEN` bytes.
+    pub fn new(raw: &[u8]) -> DiskName {
+        let n = raw
+            .iter()
+            .position(|&c| c == 0)
+            .unwrap_or(raw.len())
+            .min(DISK_LEN);
+        let mut bytes = [0u8; DISK_LEN];
+        bytes[..n].copy_from_slice(&raw[..n]);
+        DiskName {
+            bytes,
+            len: n as u8,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// The name as text; a non-UTF-8 name (never seen from the kernel) reads as empty.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for DiskName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+/// A command as submitted: host `nvme_setup_cmd` or target `nvmet_req_init`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmeCmd {
+    /// Host: the controller instance (`nvme<N>`). Target: the controller's cntlid.
+    pub ctrl_id: u32,
+    pub qid: u32,
+    pub cid: u16,
+    pub opcode: u8,
+    pub fctype: u8,
+    pub flags: u8,
+    pub nsid: u32,
+    /// Command dwords 10..15, little-endian as on the wire.
+    pub cdw10: [u8; CDW_LEN],
+    /// Host: the namespace's disk (`nvme0n1`). Target: the namespace's `device_path`.
+    /// Empty for admin commands.
+    pub disk: DiskName,
+}
+
+/// A completion: host `nvme_complete_rq` or target `nvmet_req_complete`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmeDone {
+    pub ctrl_id: u32,
+    pub qid: u32,
+    /// The kernel records an `int` here but the value is the 16-bit command id.
+    pub cid: u16,
+    /// NVMe status field without the phase bit (SCT << 8 | SC, plus More/DNR); 0 = success.
+    pub status: u16,
+    pub result: u64,
+    /// Host only: how often the driver retried the command.
+    pub retries: u8,
+    pub disk: DiskName,
+}
+
+/// One host or target command event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvmeEvent {
+    Cmd(NvmeCmd),
+    Done(NvmeDone),
+}
+
+impl NvmeCmd {
+    /// Where the command's data is, for the opcodes whose dwords 10..12 are
+    /// SLBA (cdw10+cdw11, u64) and NLB (cdw12 bits 0..15, 0-based): `(slba, blocks)`.
+    /// `None` for admin and fabrics commands and for I/O opcodes shaped otherwise
+    /// (flush has no range, dsm carries its ranges in the data buffer).
+    pub fn lba_range(&self) -> Option<(u64, u32)> {
+        if self.qid == 0 || self.opcode == OPC_FABRICS || !has_lba_range(self.opcode) {
+            return None;
+        }
+        let c = &self.cdw10;
+        let slba = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        let nlb = u16::from_le_bytes([c[8], c[9]]);
+        Some((slba, nlb as u32 + 1))
+    }
+
+    /// The command's name (see [`opcode_name`]).
+    pub fn opcode_name(&self) -> Option<&'static str> {
+        opcode_name(self.qid, self.opcode, self.fctype)
+    }
+}
+
+/// NVM command set opcodes whose cdw10..12 hold SLBA and NLB.
+fn has_lba_range(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        0x01 // write
+            | 0x02 // read
+            | 0x04 // write uncorrectable
+            | 0x05 // compare
+            | 0x08 // write zeroes
+            | 0x0c // verify
+            | 0x7d // zone append (slba = the zone)
+    )
+}
+
+/// The name of a command the way nvme_bpf and the kernel's `show_opcode_name` group
+/// them: admin opcodes on queue 0, NVM opcodes on I/O queues, fabrics commands by
+/// `fctype`. `None` for an opcode this table does not know (shown in hex by callers).
+pub fn opcode_name(qid: u32, opcode: u8, fctype: u8) -> Option<&'static str> {
+    if opcode == OPC_FABRICS {
+        return Some(match fctype {
+            0x00 => "property_set",
+            0x01 => "connect",
+            0x04 => "property_get",
+            0x05 => "auth_send",
+            0x06 => "auth_receive",
+            _ => "fabrics",
+        });
+    }
+    if qid == 0 {
+        return Some(match opcode {
+            0x00 => "delete_sq",
+            0x01 => "create_sq",
+            0x02 => "get_log_page",
+            0x04 => "delete_cq",
+            0x05 => "create_cq",
+            0x06 => "identify",
+            0x08 => "abort",
+            0x09 => "set_features",
+            0x0a => "get_features",
+            0x0c => "async_event",
+            0x0d => "ns_mgmt",
+            0x10 => "fw_commit",
+            0x11 => "fw_download",
+            0x14 => "device_self_test",
+            0x15 => "ns_attach",
+            0x18 => "keep_alive",
+            0x19 => "directive_send",
+            0x1a => "directive_recv",
+            0x1c => "virt_mgmt",
+            0x1d => "nvme_mi_send",
+            0x1e => "nvme_mi_recv",
+            0x7c => "dbbuf",
+            0x80 => "format_nvm",
+            0x81 => "security_send",
+            0x82 => "security_recv",
+            0x84 => "sanitize",
+            0x86 => "get_lba_status",
+            _ => return None,
+        });
+    }
+    Some(match opcode {
+        0x00 => "flush",
+        0x01 => "write",
+        0x02 => "read",
+        0x04 => "write_uncor",
+        0x05 => "compare",
+        0x08 => "write_zeroes",
+        0x09 => "dsm",
+        0x0c => "verify",
+        0x0d => "resv_register",
+        0x0e => "resv_report",
+        0x11 => "resv_acquire",
+        0x15 => "resv_release",
+        0x19 => "copy",
+        0x79 => "zone_mgmt_send",
+        0x7a => "zone_mgmt_recv",
+        0x7d => "zone_append",
+        _ => return None,
+    })
+}
+
+/// The layout of a command event (`nvme_setup_cmd`, `nvmet_req_init`): the same field
+/// names in both, at different offsets and with different integer sizes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CmdLayout {
+    event: &'static str,
+    ctrl_id: FieldReader,
+    qid: FieldReader,
+    cid: FieldReader,
+    opcode: FieldReader,
+    fctype: FieldReader,
+    flags: FieldReader,
+    nsid: FieldReader,
+    cdw10: FieldReader,
+    disk: FieldReader,
+    need: usize,
+}
+
+impl CmdLayout {
+    pub(crate) fn bind(fmt: &EventFormat, event: &'static str) -> Result<CmdLayout, DecodeError> {
+        let int = |name| FieldReader::bind(fmt, event, name, Want::Int);
+        let ctrl_id = int("ctrl_id")?;
+        let qid = int("qid")?;
+        let cid = int("cid")?;
+        let opcode = int("opcode")?;
+        let fctype = int("fctype")?;
+        let flags = int("flags")?;
+        let nsid = int("nsid")?;
+        let cdw10 = FieldReader::bind(fmt, event, "cdw10", Want::Bytes(CDW_LEN as u32))?;
+        let disk = FieldReader::bind(fmt, event, "disk", Want::CharArray)?;
+        let need = [ctrl_id, qid, cid, opcode, fctype, flags, nsid, cdw10, disk]
+            .iter()
+            .map(FieldReader::end)
+            .max()
+            .unwrap_or(0);
+        Ok(CmdLayout {
+            event,
+            ctrl_id,
+            qid,
+            cid,
+            opcode,
+            fctype,
+            flags,
+            nsid,
+            cdw10,
+            disk,
+            need,
+        })
+    }
+
+    #[inline]
+    pub(crate) fn decode(&self, raw: &[u8]) -> Result<NvmeCmd, DecodeError> {
+        if raw.len() < self.need {
+            return Err(DecodeError::Truncated {
+                event: self.event,
+                need: self.need,
+                have: raw.len(),
+            });
+        }
+        let mut cdw10 = [0u8; CDW_LEN];
+        // `bind` checked the array holds at least CDW_LEN bytes and `need` that the
+        // record holds the array, so this copies exactly CDW_LEN bytes.
+        let src = self.cdw10.array(raw);
+        let n = src.len().min(CDW_LEN);
+        cdw10[..n].copy_from_slice(&src[..n]);
+        Ok(NvmeCmd {
+            ctrl_id: self.ctrl_id.u32(raw),
+            qid: self.qid.u32(raw),
+            cid: self.cid.u64(raw) as u16,
+            opcode: self.opcode.u64(raw) as u8,
+            fctype: self.fctype.u64(raw) as u8,
+            flags: self.flags.u64(raw) as u8,
+            nsid: self.nsid.u32(raw),
+            cdw10,
+            disk: DiskName::new(self.disk.str(raw)),
+        })
+    }
+}
+
+/// The layout of a completion event (`nvme_complete_rq`, `nvmet_req_complete`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DoneLayout {
+    event: &'static str,
+    ctrl_id: FieldReader,
+    qid: FieldReader,
+    cid: FieldReader,
+    status: FieldReader,
+    result: FieldReader,
+    retries: Option<FieldReader>,
+    disk: FieldReader,
+    need: usize,
+}
+
+impl DoneLayout {
+    pub(crate) fn bind(fmt: &EventFormat, event: &'static str) -> Result<DoneLayout, DecodeError> {
+        let int = |name| FieldReader::bind(fmt, event, name, Want::Int);
+        let ctrl_id = int("ctrl_id")?;
+        let qid = int("qid")?;
+        let cid = int("cid")?;
+        let status = int("status")?;
+        let result = int("result")?;
+        // The target's completion has no retry count.
+        let retries = FieldReader::bind_opt(fmt, event, "retries", Want::Int)?;
+        let disk = FieldReader::bind(fmt, event, "disk", Want::CharArray)?;
+        let need = [
+            Some(ctrl_id),
+            Some(qid),
+            Some(cid),
+            Some(status),
+            Some(result),
+            retries,
+            Some(disk),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|f| f.end())
+        .max()
+        .unwrap_or(0);
+        Ok(DoneLayout {
+            event,
+            ctrl_id,
+            qid,
+            cid,
+            status,
+            result,
+            retries,
+            disk,
+            need,
+        })
+    }
+
+    #[inline]
+    pub(crate) fn decode(&self, raw: &[u8]) -> Result<NvmeDone, DecodeError> {
+        if raw.len() < self.need {
+            return Err(DecodeError::Truncated {
+                event: self.event,
+                need: self.need,
+                have: raw.len(),
+            });
+        }
+        Ok(NvmeDone {
+            ctrl_id: self.ctrl_id.u32(raw),
+            qid: self.qid.u32(raw),
+            cid: self.cid.u64(raw) as u16,
+            status: self.status.u64(raw) as u16,
+            result: self.result.u64(raw),
+            retries: self.retries.map_or(0, |f| f.u64(raw) as u8),
+            disk: DiskName::new(self.disk.str(raw)),
+        })
+    }
+}
+
+/// The host driver's two events.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum NvmeLayout {
+    Setup(CmdLayout),
+    Complete(DoneLayout),
+}
+
+impl NvmeLayout {
+    /// `None` for an `nvme` event ntprof-perf does not decode.
+    pub(crate) fn bind(fmt: &EventFormat, event: &str) -> Option<Result<NvmeLayout, DecodeError>> {
+        match event {
+            "nvme_setup_cmd" => {
+                Some(CmdLayout::bind(fmt, "nvme:nvme_setup_cmd").map(NvmeLayout::Setup))
+            }
+            "nvme_complete_rq" => {
+                Some(DoneLayout::bind(fmt, "nvme:nvme_complete_rq").map(NvmeLayout::Complete))
+            }
+            _ => None,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn decode(&self, raw: &[u8]) -> Result<NvmeEvent, DecodeError> {
+        match self {
+            NvmeLayout::Setup(l) => l.decode(raw).map(NvmeEvent::Cmd),
+            NvmeLayout::Complete(l) => l.decode(raw).map(NvmeEvent::Done),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(qid: u32, opcode: u8, cdw: &[u8]) -> NvmeCmd {
+        let mut cdw10 = [0u8; CDW_LEN];
+        cdw10[..cdw.len()].copy_from_slice(cdw);
+        NvmeCmd {
+            ctrl_id: 0,
+            qid,
+            cid: 1,
+            opcode,
+            fctype: 0,
+            flags: 0,
+            nsid: 1,
+            cdw10,
+            disk: DiskName::new(b"nvme0n1"),
+        }
+    }
+
+    #[test]
+    fn lba_range_from_cdw10_to_12() {
+        // slba 0x0102030405060708, nlb 7 (0-based) = 8 blocks.
+        let c = cmd(1, 0x02, &[8, 7, 6, 5, 4, 3, 2, 1, 7, 0, 0xff, 0xff]);
+        assert_eq!(c.lba_range(), Some((0x0102_0304_0506_0708, 8)));
+        // nlb 0xffff = 65536 blocks: the 0-based count does not overflow.
+        let c = cmd(1, 0x01, &[0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert_eq!(c.lba_range(), Some((0, 65536)));
+        assert_eq!(cmd(1, 0x00, &[1]).lba_range(), None, "flush has no range");
+        assert_eq!(
+            cmd(1, 0x09, &[1]).lba_range(),
+            None,
+            "dsm ranges are in the data"
+        );
+        assert_eq!(
+            cmd(0, 0x02, &[1]).lba_range(),
+            None,
+            "admin 0x02 is get_log_page"
+        );
+        assert_eq!(cmd(1, OPC_FABRICS, &[1]).lba_range(), None);
+    }
+
+    #[test]
+    fn opcode_names_depend_on_the_queue() {
+        assert_eq!(opcode_name(1, 0x02, 0), Some("read"));
+        assert_eq!(opcode_name(0, 0x02, 0), Some("get_log_page"));
+        assert_eq!(opcode_name(3, 0x01, 0), Some("write"));
+        assert_eq!(opcode_name(0, 0x18, 0), Some("keep_alive"));
+        assert_eq!(opcode_name(0, OPC_FABRICS, 0x01), Some("connect"));
+        assert_eq!(opcode_name(2, OPC_FABRICS, 0x01), Some("connect"));
+        assert_eq!(opcode_name(1, 0xee, 0), None);
+    }
+
+    #[test]
+    fn disk_names() {
+        assert_eq!(DiskName::new(b"nvme0n1\0junk").as_str(), "nvme0n1");
+        assert!(DiskName::new(b"\0nvme").is_empty());
+        assert_eq!(DiskName::new(&[b'a'; 40]).as_bytes().len(), DISK_LEN);
+    }
+}

@@ -1,0 +1,81 @@
+#!/bin/sh
+# Guest script for tests/vm_nvme.rs (run by tests/vm/run.sh inside `chroot /host`):
+# runs fio shapes with a known number of I/Os on $NTPROF_DEV under
+# `ntprof-perf record|stat --profile nvme|nvmet`, and `report` on every CSV.
+#   nvme-profiles.sh NTPROF_PERF_BIN [NIOS]
+# Writes to $NTPROF_OUT/nvme-profiles/:
+#   list.txt                          ntprof-perf list
+#   <profile>-<shape>.csv, .err       record output and its stderr (health line)
+#   <profile>-<shape>.report          ntprof-perf report of the CSV
+#   stat-<profile>-<shape>.txt, .err  ntprof-perf stat --interval 0 output
+#   fio-<profile>-<shape>.json        fio's own account of the I/Os (total_ios)
+#   lba_size                          the namespace's logical block size
+#   ctrl                              host controller instance and its cntlid
+#   nvme-sel, nvme-nsid2, nvme-qid1, nvme-admin, nvmet-sel .csv/.err/fio-*.json:
+#                                     random reads under the selection flags
+# Exits non-zero on the first command that fails; the host test checks the content.
+set -eu
+BIN=${1:?usage: nvme-profiles.sh NTPROF_PERF_BIN [NIOS]}
+NIOS=${2:-200}
+DEV=${NTPROF_DEV:-/dev/nvme0n1}
+O=$NTPROF_OUT/nvme-profiles
+SIZE=64m
+rm -rf "$O"; mkdir -p "$O"
+echo "nvme-profiles: kernel $(uname -r), $DEV, $(nproc) cpus, $NIOS I/Os per run, bin $BIN"
+cat "/sys/block/${DEV##*/}/queue/logical_block_size" > "$O/lba_size"
+"$BIN" list > "$O/list.txt" 2>&1
+
+# psync + direct: one synchronous request per I/O, so fio issues exactly NIOS.
+fio_cmd() {   # fio_cmd SHAPE JSON_OUT
+    case $1 in
+        randread-4k) rw=randread bs=4k ;;
+        randwrite-4k) rw=randwrite bs=4k ;;
+        write-128k) rw=write bs=128k ;;
+        *) echo "unknown shape $1" >&2; exit 1 ;;
+    esac
+    echo fio --name="$1" --filename="$DEV" --direct=1 --ioengine=psync --rw=$rw --bs=$bs \
+        --number_ios="$NIOS" --size=$SIZE --randrepeat=0 --output-format=json --output="$2"
+}
+
+for shape in randread-4k randwrite-4k write-128k; do
+    for p in nvme nvmet; do
+        echo "nvme-profiles: record --profile $p, $shape"
+        # shellcheck disable=SC2046 # fio_cmd prints plain words, split on purpose
+        "$BIN" record --profile "$p" -o "$O/$p-$shape.csv" -- \
+            $(fio_cmd "$shape" "$O/fio-$p-$shape.json") 2> "$O/$p-$shape.err" \
+            || { cat "$O/$p-$shape.err"; exit 1; }
+        cat "$O/$p-$shape.err"
+        "$BIN" report "$O/$p-$shape.csv" > "$O/$p-$shape.report" 2>&1 \
+            || { cat "$O/$p-$shape.report"; exit 1; }
+        echo "nvme-profiles: stat --profile $p, $shape"
+        # shellcheck disable=SC2046
+        "$BIN" stat --profile "$p" --interval 0 -- \
+            $(fio_cmd "$shape" "$O/fio-stat-$p-$shape.json") \
+            > "$O/stat-$p-$shape.txt" 2> "$O/stat-$p-$shape.err" \
+            || { cat "$O/stat-$p-$shape.err"; exit 1; }
+        cat "$O/stat-$p-$shape.txt"
+    done
+done
+# Selection flags, applied as kernel filters: the same random reads through them.
+#   nvme-sel:   --ctrl <instance> --nsid 1     every read
+#   nvme-nsid2: --nsid 2                       nothing (and no unmatched completions)
+#   nvme-qid1:  --qid 1                        only the reads fio issued on queue 1
+#   nvme-admin: --admin                        every read, plus admin commands on qid 0
+#   nvmet-sel:  --ctrl <cntlid> --nsid 1       every read, on the target
+name=${DEV##*/}; inst=${name#nvme}; inst=${inst%%n*}
+cntlid=$(cat "/sys/class/nvme/nvme$inst/cntlid")
+echo "$inst $cntlid" > "$O/ctrl"
+sel() {   # sel NAME PROFILE FLAGS...
+    n=$1 p=$2; shift 2
+    echo "nvme-profiles: record --profile $p $* ($n)"
+    # shellcheck disable=SC2046
+    "$BIN" record --profile "$p" "$@" -o "$O/$n.csv" -- \
+        $(fio_cmd randread-4k "$O/fio-$n.json") 2> "$O/$n.err" || { cat "$O/$n.err"; exit 1; }
+    cat "$O/$n.err"
+}
+sel nvme-sel nvme --ctrl "$inst" --nsid 1
+sel nvme-nsid2 nvme --nsid 2
+sel nvme-qid1 nvme --qid 1
+sel nvme-admin nvme --admin
+sel nvmet-sel nvmet --ctrl "$cntlid" --nsid 1
+echo "nvme-profiles: done"
