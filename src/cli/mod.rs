@@ -35,11 +35,30 @@ fn list(a: &ListArgs) -> Result<()> {
             "NOT supported"
         };
         println!("\n{:<10} {verdict}: {}", info.name, info.about);
+        let mut shown_systems: Vec<&str> = Vec::new();
         for s in &st {
             let tag = if s.req.required { "" } else { " (optional)" };
+            let sys = s.req.system;
+            // A whole missing system gets one line: listing each of its events with the
+            // same reason would bury the events that are there.
+            let same: Vec<_> = st.iter().filter(|o| o.req.system == sys).collect();
+            if same.len() > 1 && same.iter().all(|o| o.missing == s.missing) && s.missing.is_some()
+            {
+                if !shown_systems.contains(&sys) {
+                    shown_systems.push(sys);
+                    let req = if same.iter().any(|o| o.req.required) {
+                        ""
+                    } else {
+                        " (optional)"
+                    };
+                    let why = s.missing.as_deref().unwrap_or_default();
+                    println!("    missing  {sys}:* ({} events){req}: {why}", same.len());
+                }
+                continue;
+            }
             match &s.missing {
-                None => println!("    ok       {}:{}{tag}", s.req.system, s.req.event),
-                Some(why) => println!("    missing  {}:{}{tag}: {why}", s.req.system, s.req.event),
+                None => println!("    ok       {sys}:{}{tag}", s.req.event),
+                Some(why) => println!("    missing  {sys}:{}{tag}: {why}", s.req.event),
             }
         }
         println!("    stages: {}", info.stages.join(", "));
