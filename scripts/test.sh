@@ -3,11 +3,14 @@
 # unit tests, integration tests on the real kernel (loop devices), and the NVMe/TCP VM
 # rig (tests/vm). Kernel tests fail rather than skip here (NTPROF_REQUIRE_KERNEL=1).
 # NTPROF_VM=0 leaves out the VM tests (they need a kernel build, ~5 min the first time).
+# NTPROF_VM_PATCHED=1 (default here) runs the stock nvme/nvmet VM test on the kernel_change/
+# kernel too, so one guest kernel is built instead of two; 0 uses a pristine kernel.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ./scripts/deps.sh
 export NTPROF_REQUIRE_KERNEL=1
 export NTPROF_VM=${NTPROF_VM:-1}
+export NTPROF_VM_PATCHED=${NTPROF_VM_PATCHED:-1}
 cargo fmt --all -- --check
 cargo clippy --release --all-targets -- -D warnings
 cargo test --release

@@ -246,7 +246,11 @@ fn nvme_and_nvmet_profiles_in_the_vm() {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-nvme");
     let bin = std::env::var("NTPROF_VM_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ntprof-perf").to_string());
+    // NTPROF_VM_PATCHED=1 boots the kernel_change/ kernel instead: its stock nvme/nvmet
+    // events are the same, and CI then builds one guest kernel instead of two.
+    let patched = std::env::var("NTPROF_VM_PATCHED").as_deref() == Ok("1");
     let status = Command::new(repo.join("tests/vm/run.sh"))
+        .args(patched.then_some("--patches"))
         .arg(repo.join("tests/vm/guest/nvme-profiles.sh"))
         .arg(&out)
         .arg(&bin)

@@ -435,3 +435,38 @@ fn nvme_tcp_profile_in_the_vm() {
         eprintln!("{}: --sample 4 kept {} of {NIOS}", s.name, sampled.len());
     }
 }
+
+/// Kernel-free: merge refuses CSVs of other profiles, naming the file, and writes
+/// nothing for them.
+#[test]
+fn merge_refuses_other_csvs() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("merge-refuses");
+    std::fs::create_dir_all(&dir).unwrap();
+    let block = dir.join("block.csv");
+    std::fs::write(
+        &block,
+        "start_time,start_ns,device,dev,op,sector,bytes,q2d_ns,d2c_ns,q2c_ns,error,status\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ntprof-perf"))
+        .arg("merge")
+        .args([&block, &block])
+        .arg("-o")
+        .arg(dir.join("out.csv"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("block.csv") && err.contains("nvme-tcp"),
+        "{err}"
+    );
+    let missing = Command::new(env!("CARGO_BIN_EXE_ntprof-perf"))
+        .arg("merge")
+        .arg(dir.join("nope.csv"))
+        .arg(&block)
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("nope.csv"));
+}

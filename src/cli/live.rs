@@ -90,6 +90,9 @@ fn plan(sel: &Selection) -> Result<Plan> {
             sel.mmap_pages
         );
     }
+    if info.name != "nvme-tcp" && (sel.sample.is_some() || sel.side != "both") {
+        bail!("--side and --sample apply to the nvme-tcp profile only");
+    }
     let duration = sel.duration.map(|d| seconds("duration", d)).transpose()?;
     if let Some(cmd) = sel.command.first() {
         check_command(cmd)?;
@@ -512,4 +515,27 @@ fn run_nvme_tcp(p: &Plan, out: Output, csv_path: Option<PathBuf>) -> Result<i32>
         ..Default::default()
     });
     drive(p, &events, corr, out, csv_path)
+}
+
+#[cfg(test)]
+mod tcp_tests {
+    use super::*;
+
+    #[test]
+    fn sample_filters_test_one_generation_bit_each() {
+        assert_eq!(sample_mask(None).unwrap(), 0);
+        assert_eq!(sample_mask(Some(1)).unwrap(), 0);
+        assert_eq!(sample_filter(0), None);
+        assert_eq!(sample_mask(Some(2)).unwrap(), 0x1000);
+        assert_eq!(sample_filter(0x1000).as_deref(), Some("!(cid & 4096)"));
+        assert_eq!(sample_mask(Some(16)).unwrap(), 0xf000);
+        assert_eq!(
+            sample_filter(sample_mask(Some(4)).unwrap()).as_deref(),
+            Some("!(cid & 4096) && !(cid & 8192)")
+        );
+        for bad in [0, 3, 32, 1000] {
+            let e = sample_mask(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("--sample"), "{e}");
+        }
+    }
 }

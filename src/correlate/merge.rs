@@ -95,10 +95,10 @@ pub fn merge(rows: Vec<Row>, max_skew_ns: u64) -> (Vec<Row>, MergeStats) {
         wall_offset(&hosts.iter().collect::<Vec<_>>()),
         wall_offset(&targets.iter().collect::<Vec<_>>()),
     ) {
-        (Some(h), Some(t)) => (t - h) as i64,
+        (Some(h), Some(t)) => (t - h).clamp(i64::MIN as i128 / 2, i64::MAX as i128 / 2) as i64,
         _ => 0,
     };
-    let skew = max_skew_ns as i64;
+    let skew = max_skew_ns.min(i64::MAX as u64 / 4) as i64;
 
     // Offset estimate: the point covered by the most tight intervals.
     let mut edges: Vec<(i64, i32)> = Vec::new();
@@ -110,8 +110,8 @@ pub fn merge(rows: Vec<Row>, max_skew_ns: u64) -> (Vec<Row>, MergeStats) {
             continue;
         };
         // Target arrivals within the skew window of this host round trip.
-        let lo = (s as i64 - off0 - skew).max(0) as u64;
-        let hi = (r as i64 - off0 + skew).max(0) as u64;
+        let lo = (s as i64).saturating_sub(off0).saturating_sub(skew).max(0) as u64;
+        let hi = (r as i64).saturating_sub(off0).saturating_add(skew).max(0) as u64;
         let first = list.partition_point(|i| recv(i) < lo);
         for i in &list[first..] {
             let Some(t) = &targets[*i].rec.target else {
@@ -121,7 +121,10 @@ pub fn merge(rows: Vec<Row>, max_skew_ns: u64) -> (Vec<Row>, MergeStats) {
                 break;
             }
             let Some(z) = t.send_ns else { continue };
-            let (a, b) = (s as i64 - t.recv_ns as i64, r as i64 - z as i64);
+            let (a, b) = (
+                (s as i64).saturating_sub(t.recv_ns as i64),
+                (r as i64).saturating_sub(z as i64),
+            );
             if a <= b {
                 edges.push((a, 1));
                 edges.push((b, -1));
@@ -141,16 +144,26 @@ pub fn merge(rows: Vec<Row>, max_skew_ns: u64) -> (Vec<Row>, MergeStats) {
             best_hi = edges.get(k + 1).map_or(x, |e| e.0);
         }
     }
-    let off = best_lo + (best_hi - best_lo) / 2;
+    let off = ((best_lo as i128 + best_hi as i128) / 2) as i64;
     st.offset_ns = off;
     st.agreeing = best.max(0) as u64;
+
+    // As in a joint recording, a side's part is expected only for a controller that
+    // side served during the run.
+    let tgt_ctrls: std::collections::HashSet<u16> = by_key.keys().map(|(c, _, _)| *c).collect();
+    let host_ctrls: std::collections::HashSet<u16> = hosts
+        .iter()
+        .filter_map(|r| r.rec.host.as_ref().map(|h| h.cntlid))
+        .collect();
 
     // Pair each host row with the earliest unclaimed target row that fits.
     let mut claimed = vec![false; targets.len()];
     for mut h in hosts {
         let found = h.rec.host.as_ref().and_then(|hp| {
             let list = by_key.get(&(hp.cntlid, hp.qid, hp.cid))?;
-            let lo = (hp.queue_ns.unwrap_or(hp.start_ns) as i64 - off).max(0) as u64;
+            let lo = (hp.queue_ns.unwrap_or(hp.start_ns) as i64)
+                .saturating_sub(off)
+                .max(0) as u64;
             let first = list.partition_point(|i| recv(i) < lo);
             list[first..].iter().copied().find(|i| {
                 !claimed[*i]
@@ -166,13 +179,15 @@ pub fn merge(rows: Vec<Row>, max_skew_ns: u64) -> (Vec<Row>, MergeStats) {
             h.rec.target = targets[i].rec.target.clone();
             st.paired += 1;
         }
+        let cntlid = h.rec.host.as_ref().map_or(0, |p| p.cntlid);
         h.rec.expect_host = true;
-        h.rec.expect_target = true;
+        h.rec.expect_target = tgt_ctrls.contains(&cntlid);
         out.push(h);
     }
     for (i, mut t) in targets.into_iter().enumerate() {
         if !claimed[i] {
-            t.rec.expect_host = true;
+            let cntlid = t.rec.target.as_ref().map_or(0, |p| p.cntlid);
+            t.rec.expect_host = host_ctrls.contains(&cntlid);
             t.rec.expect_target = true;
             out.push(t);
         }

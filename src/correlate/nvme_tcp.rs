@@ -78,7 +78,10 @@
 //!
 //! A stage whose marks are missing (event not traced, receive timestamp 0, chain
 //! cut) is empty, never 0; the `chain` column names what is missing and the row's
-//! status is `incomplete` (the I/O is kept with the stages it has).
+//! status is `incomplete` (the I/O is kept with the stages it has). A missing
+//! *part* (no target record for a host I/O, or the reverse) is a gap only when this
+//! run saw the other side serve the same controller (cntlid): a host of a remote or
+//! stock target writes complete host-only rows even if its kernel has nvmet_tcp.
 
 use super::{
     size_class, Cell, Correlator, Counters, EventReq, FxHasher, FxMap, IoRecord, ProfileInfo,
@@ -462,7 +465,8 @@ impl TcpRecord {
         if h.rounds != t.rounds {
             return None;
         }
-        Some(h.waiting? as i64 - t.total? as i64)
+        let d = h.waiting? as i128 - t.total? as i128;
+        Some(d.clamp(i64::MIN as i128, i64::MAX as i128) as i64)
     }
 
     fn side(&self) -> &'static str {
@@ -816,7 +820,8 @@ struct HostIo {
 
 fn add(acc: &mut Option<u64>, v: Option<u64>) {
     *acc = match (*acc, v) {
-        (Some(a), Some(v)) => Some(a + v),
+        // Saturating: a corrupt or stepped receive stamp must not panic the run.
+        (Some(a), Some(v)) => Some(a.saturating_add(v)),
         _ => None,
     };
 }
@@ -1051,7 +1056,21 @@ pub struct TcpCorrelator {
     targets: FxMap<TgtKey, TgtIo>,
     /// Target parts whose reply went out, waiting for their host part (joint runs).
     tgt_done: FxMap<TgtKey, TargetPart>,
+    /// Controllers (cntlid) seen on the host side and on the target side in this run.
+    /// A part of the other side is expected only for a controller seen there: with
+    /// `--side both` a host of a remote target (or a target of remote hosts) whose
+    /// kernel also has the other side's events writes complete one-sided rows.
+    host_ctrls: Box<[u64; 1024]>,
+    tgt_ctrls: Box<[u64; 1024]>,
     counters: Counters,
+}
+
+fn mark(set: &mut [u64; 1024], cntlid: u16) {
+    set[cntlid as usize / 64] |= 1 << (cntlid % 64);
+}
+
+fn seen(set: &[u64; 1024], cntlid: u16) -> bool {
+    set[cntlid as usize / 64] & (1 << (cntlid % 64)) != 0
 }
 
 /// bio_queue entries kept at most: bios that never become a traced request (merged
@@ -1069,6 +1088,8 @@ impl TcpCorrelator {
             bios: FxMap::default(),
             targets: FxMap::default(),
             tgt_done: FxMap::default(),
+            host_ctrls: Box::new([0; 1024]),
+            tgt_ctrls: Box::new([0; 1024]),
             counters: Counters::default(),
         }
     }
@@ -1116,14 +1137,12 @@ impl TcpCorrelator {
             if let Some(old) = self.hosts.remove(&key) {
                 // The cid came back: the old command is over even if its end was not
                 // seen (lost samples, or its block completion never came).
-                if let Some(b) = old.blk {
-                    self.by_sector.remove(&b);
-                }
                 if old.done.is_none() {
                     self.counters.incomplete += 1;
                 }
                 self.emit_host(old, None, out);
             }
+            mark(&mut self.host_ctrls, e.cntlid);
             let mut io = HostIo::new(t, e);
             io.queue_rq = Some(t);
             io.phase_start = Some(t);
@@ -1207,9 +1226,14 @@ impl TcpCorrelator {
 
     fn emit_host(&mut self, io: HostIo, end: Option<u64>, out: &mut dyn FnMut(TcpRecord)) {
         if let Some(b) = io.blk {
-            self.by_sector.remove(&b);
+            // Only its own mapping: a newer request at the same place may own it now.
+            let own = (io.part.ctrl_id, io.part.qid, io.part.cid);
+            if self.by_sector.get(&b) == Some(&own) {
+                self.by_sector.remove(&b);
+            }
         }
         let h = io.finish(end, self.cfg.block);
+        let cntlid = h.cntlid;
         let target = if self.cfg.side.target() {
             self.take_target(&h)
         } else {
@@ -1219,7 +1243,7 @@ impl TcpCorrelator {
             host: Some(h),
             target,
             expect_host: self.cfg.side.host(),
-            expect_target: self.cfg.side == Side::Both,
+            expect_target: self.cfg.side == Side::Both && seen(&self.tgt_ctrls, cntlid),
         });
     }
 
@@ -1251,6 +1275,7 @@ impl TcpCorrelator {
                 self.evict_targets(out);
             }
             self.targets.insert(key, TgtIo::new(t, e));
+            mark(&mut self.tgt_ctrls, e.cntlid);
             self.counters.in_flight = (self.hosts.len() + self.targets.len()) as u64;
             return;
         }
@@ -1339,10 +1364,11 @@ impl TcpCorrelator {
         if t.missing & M_T_REPLY_SEND != 0 {
             self.counters.incomplete += 1;
         }
+        let expect_host = self.cfg.side == Side::Both && seen(&self.host_ctrls, t.cntlid);
         out(TcpRecord {
             host: None,
             target: Some(t),
-            expect_host: self.cfg.side == Side::Both,
+            expect_host,
             expect_target: true,
         });
     }
@@ -2132,22 +2158,41 @@ mod tests {
     fn a_stock_target_still_gives_the_host_stages() {
         let mut r = rig();
         let (b, cid) = (3_000, 0x0011);
-        r.bio(b, 0)
-            .queue_rq(b + 10, cid, 2, 4096, 0)
-            .h(b + 20, "try_send", cid, &[])
-            .h(b + 30, "done_send_req", cid, &[])
-            .h(b + 130, "handle_c2h_data", cid, &[("recv_time", b + 120)])
-            .h(b + 150, "process_nvme_cqe", cid, &[("recv_time", b + 140)])
-            .blk_done(b + 160, 0);
+        let stock = |r: &mut Rig, b: u64| {
+            r.bio(b, 0)
+                .queue_rq(b + 10, cid, 2, 4096, 0)
+                .h(b + 20, "try_send", cid, &[])
+                .h(b + 30, "done_send_req", cid, &[])
+                .h(b + 130, "handle_c2h_data", cid, &[("recv_time", b + 120)])
+                .h(b + 150, "process_nvme_cqe", cid, &[("recv_time", b + 140)])
+                .blk_done(b + 160, 0);
+        };
+        stock(&mut r, b);
+        // No target traffic for this controller on this machine (a remote or stock
+        // target): complete host-only rows, even though the kernel has nvmet_tcp.
         let (out, _, _) = r.run(TcpConfig::default(), 100);
         let cl = cells(&out[0]);
         assert_eq!(cl["side"], "host");
-        assert_eq!(cl["chain"], "missing:target");
-        assert_eq!(cl["status"], "incomplete");
+        assert_eq!(
+            (cl["chain"].as_str(), cl["status"].as_str()),
+            ("complete", "ok")
+        );
         assert_eq!(
             (0..6).map(|i| out[0].stage(i).unwrap()).collect::<Vec<_>>(),
             [10, 10, 100, 10, 20, 10]
         );
+        // Once the target side has served this controller, a host I/O without its
+        // target part is a gap in the chain.
+        read(&mut r, 10_000, 0x1003, 800);
+        stock(&mut r, 20_000);
+        let (out, _, _) = r.run(TcpConfig::default(), 100);
+        assert_eq!(out.len(), 3);
+        let cl = cells(&out[2]);
+        assert_eq!(
+            (cl["side"].as_str(), cl["chain"].as_str()),
+            ("host", "missing:target")
+        );
+        assert_eq!(cl["status"], "incomplete");
     }
 
     #[test]
@@ -2279,5 +2324,116 @@ mod tests {
         want.sort_by_key(key);
         got.sort_by_key(key);
         assert_eq!(got, want);
+    }
+
+    /// Garbage in any order (random kinds, ids, stamps up to u64::MAX, time going
+    /// backwards) must neither panic nor grow memory past the bounds.
+    #[test]
+    fn random_event_streams_do_not_panic() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let hosts = [
+            HostKind::QueueRq,
+            HostKind::TrySend,
+            HostKind::DoneSendReq,
+            HostKind::HandleR2t,
+            HostKind::HandleC2hData,
+            HostKind::RecvData,
+            HostKind::ProcessNvmeCqe,
+        ];
+        let tgts = [
+            TargetKind::DoneRecvPdu,
+            TargetKind::ExecReadReq,
+            TargetKind::ExecWriteReq,
+            TargetKind::QueueResponse,
+            TargetKind::TrySendR2t,
+            TargetKind::TrySendDataPdu,
+            TargetKind::TrySendResponse,
+            TargetKind::HandleH2cDataPdu,
+            TargetKind::TryRecvData,
+        ];
+        let mut c = TcpCorrelator::new(TcpConfig {
+            max_in_flight: 64,
+            ..Default::default()
+        });
+        let mut rows = 0u64;
+        for _ in 0..50_000 {
+            let r = rnd();
+            let big = if r % 7 == 0 {
+                u64::MAX - rnd() % 1000
+            } else {
+                rnd() % 1_000_000
+            };
+            let time = rnd() % 10_000_000;
+            let cid = (rnd() % 40) as u16;
+            let kind = match r % 3 {
+                0 => EventKind::NvmeTcp(TcpEvent::Host(HostEvent {
+                    kind: hosts[(r >> 8) as usize % hosts.len()],
+                    ctrl_id: (r >> 20) as u32 % 2,
+                    cntlid: 1,
+                    qid: 1 + (r >> 24) as u16 % 2,
+                    cid,
+                    tag: cid,
+                    recv_time: big,
+                    len: 4096,
+                    offset: 0,
+                    data_offset: 0,
+                    data_len: 4096,
+                    flags: (r >> 30) as u8,
+                    last: true,
+                    rq: Some(crate::decode::nvme_tcp::QueueRqInfo {
+                        slba: big,
+                        sector: rnd() % 64,
+                        nsid: 1,
+                        dev: if (r >> 40) & 1 == 0 { DEV } else { 0 },
+                        opcode: (r >> 33) as u8 % 3,
+                        write: r & 1 == 0,
+                        inline_data: r & 2 == 0,
+                        disk: DiskName::new(b"nvme0n1"),
+                    }),
+                    status: 0,
+                })),
+                1 => EventKind::NvmeTcp(TcpEvent::Target(TargetEvent {
+                    kind: tgts[(r >> 8) as usize % tgts.len()],
+                    cntlid: 1,
+                    qid: 1 + (r >> 24) as u16 % 2,
+                    cid,
+                    opcode: (r >> 33) as u8 % 3,
+                    recv_time: big,
+                    slba: 0,
+                    nsid: 1,
+                    len: 4096,
+                    data_offset: 0,
+                    r2t: r & 4 == 0,
+                    status: (r >> 50) as u16 % 2,
+                })),
+                _ => EventKind::Block(BlockEvent {
+                    kind: if r & 8 == 0 {
+                        BlockKind::BioQueue
+                    } else {
+                        BlockKind::Complete
+                    },
+                    dev: DEV,
+                    sector: rnd() % 64,
+                    nr_sector: 8,
+                    bytes: 4096,
+                    op: crate::decode::Op::Read,
+                    error: 0,
+                }),
+            };
+            c.on_event(&Event { time, cpu: 0, kind }, &mut |rec| {
+                let _ = cells(&rec);
+                rows += 1;
+            });
+            assert!(c.hosts.len() <= 64 && c.targets.len() <= 64 && c.tgt_done.len() <= 65);
+            assert!(c.bios.len() <= MAX_BIOS && c.by_sector.len() <= 64);
+        }
+        c.finish(&mut |_| rows += 1);
+        assert!(rows > 0);
     }
 }

@@ -431,3 +431,133 @@ pub enum TcpEvent {
     Host(HostEvent),
     Target(TargetEvent),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::{Decoder, EventKind};
+    use crate::synth::RecordBuilder;
+    use crate::tracefs::{parse_format, Tracefs};
+
+    fn tfs() -> Tracefs {
+        let d = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tracefs/6.1.192-ntprof");
+        Tracefs::at(&d).expect("captured formats: tests/vm/capture-tracefs.sh --patches")
+    }
+
+    #[test]
+    fn every_captured_event_binds_and_decodes() {
+        let t = tfs();
+        let mut d = Decoder::new();
+        for (sys, names) in [("nvme_tcp", 11), ("nvmet_tcp", 13)] {
+            let dir = t.root().join("events").join(sys);
+            let mut n = 0;
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                let ev = e.file_name().to_string_lossy().into_owned();
+                d.add(&t, sys, &ev)
+                    .unwrap_or_else(|e| panic!("{sys}:{ev}: {e}"));
+                n += 1;
+            }
+            assert_eq!(n, names, "{sys}");
+        }
+        let fmt = t.event("nvme_tcp", "nvme_tcp_queue_rq").unwrap();
+        let raw = RecordBuilder::new(&fmt)
+            .int("ctrl_id", 3)
+            .int("cntlid", 7)
+            .int("qid", 2)
+            .int("cid", 0x3005)
+            .int("tag", 5)
+            .int("slba", 1 << 40)
+            .int("sector", 1 << 43)
+            .int("len", 131072)
+            .int("dev", 259 << 20)
+            .int("opcode", 1)
+            .int("write", 1)
+            .int("inline_data", 0)
+            .int("nsid", 1)
+            .bytes("disk", b"nvme3n1")
+            .build();
+        let ev = d.decode(&raw, 99, 1).unwrap().unwrap();
+        let EventKind::NvmeTcp(TcpEvent::Host(h)) = ev.kind else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(
+            (h.kind, h.ctrl_id, h.cntlid, h.qid, h.cid, h.tag, h.len),
+            (HostKind::QueueRq, 3, 7, 2, 0x3005, 5, 131072)
+        );
+        let rq = h.rq.unwrap();
+        assert_eq!(
+            (rq.slba, rq.sector, rq.dev, rq.opcode),
+            (1 << 40, 1 << 43, 259 << 20, 1)
+        );
+        assert!(rq.write && !rq.inline_data);
+        assert_eq!(rq.disk.as_str(), "nvme3n1");
+
+        let fmt = t.event("nvmet_tcp", "nvmet_tcp_queue_response").unwrap();
+        let raw = RecordBuilder::new(&fmt)
+            .int("cntlid", 7)
+            .int("qid", 2)
+            .int("cid", 0x3005)
+            .int("opcode", 1)
+            .int("r2t", 1)
+            .int("status", 0x4002)
+            .int("len", 131072)
+            .build();
+        let EventKind::NvmeTcp(TcpEvent::Target(e)) = d.decode(&raw, 1, 0).unwrap().unwrap().kind
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (e.kind, e.cntlid, e.qid, e.cid, e.opcode, e.r2t, e.status, e.len),
+            (
+                TargetKind::QueueResponse,
+                7,
+                2,
+                0x3005,
+                1,
+                true,
+                0x4002,
+                131072
+            )
+        );
+
+        let fmt = t.event("nvme_tcp", "nvme_tcp_handle_c2h_data").unwrap();
+        let raw = RecordBuilder::new(&fmt)
+            .int("recv_time", 123_456_789_012)
+            .int("data_offset", 4096)
+            .int("data_len", 8192)
+            .int("flags", 0x0c)
+            .build();
+        let EventKind::NvmeTcp(TcpEvent::Host(h)) = d.decode(&raw, 1, 0).unwrap().unwrap().kind
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (h.recv_time, h.offset, h.len, h.flags),
+            (123_456_789_012, 4096, 8192, 0x0c)
+        );
+        // Truncated records are errors, not panics.
+        let e = d.decode(&raw[..raw.len() - 4], 1, 0).unwrap_err();
+        assert!(e.to_string().contains("nvme_tcp_handle_c2h_data"), "{e}");
+    }
+
+    #[test]
+    fn a_layout_without_a_needed_field_names_event_and_field() {
+        let fmt = parse_format(
+            "name: nvmet_tcp_done_recv_pdu\nID: 9\nformat:\n\
+             \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+             \tfield:u64 recv_time;\toffset:8;\tsize:8;\tsigned:0;\n\
+             \tfield:u16 cntlid;\toffset:16;\tsize:2;\tsigned:0;\n\
+             \tfield:u16 qid;\toffset:18;\tsize:2;\tsigned:0;\n",
+        )
+        .unwrap();
+        let e = TcpLayout::bind(&fmt, "nvmet_tcp", "nvmet_tcp_done_recv_pdu")
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("nvmet_tcp:nvmet_tcp_done_recv_pdu") && e.contains("`cid`"),
+            "{e}"
+        );
+        assert!(TcpLayout::bind(&fmt, "nvmet_tcp", "nvmet_tcp_unknown").is_none());
+    }
+}
