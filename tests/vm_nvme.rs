@@ -6,8 +6,9 @@
 //!
 //! Runs only with `NTPROF_VM=1` (CI sets it): a cold rig builds a kernel (minutes).
 
-use std::collections::HashMap;
-use std::io::Write as _;
+mod common;
+
+use common::{assert_clean, fio_ios, num, read, read_csv, vm_enabled, Row};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -47,52 +48,6 @@ const SHAPES: [Shape; 3] = [
         sequential: true,
     },
 ];
-
-type Row = HashMap<String, String>;
-
-fn read_csv(path: &Path) -> Vec<Row> {
-    let mut rd = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let head: Vec<String> = rd.headers().unwrap().iter().map(str::to_string).collect();
-    rd.records()
-        .map(|r| {
-            let r = r.unwrap();
-            head.iter()
-                .cloned()
-                .zip(r.iter().map(str::to_string))
-                .collect()
-        })
-        .collect()
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// fio's own count of the I/Os it issued: the sum of every `"total_ios"` in its JSON
-/// (read, write, trim, sync sections).
-fn fio_ios(path: &Path) -> u64 {
-    let text = read(path);
-    text.match_indices("\"total_ios\"")
-        .map(|(i, _)| {
-            let rest = text[i + 11..].trim_start_matches([' ', ':']);
-            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            digits.parse::<u64>().unwrap_or(0)
-        })
-        .sum()
-}
-
-fn num(r: &Row, col: &str) -> u64 {
-    r[col]
-        .parse()
-        .unwrap_or_else(|_| panic!("column {col} = `{}` is not a number: {r:?}", r[col]))
-}
-
-/// The health line at the end of a run must show nothing lost or left over.
-fn assert_clean(what: &str, err: &str) {
-    for want in ["lost 0", "unmatched 0", "incomplete 0"] {
-        assert!(err.contains(want), "{what}: no `{want}` in:\n{err}");
-    }
-}
 
 /// A stat/report summary holds the group row of the shape with `NIOS I/Os`.
 fn assert_summary_counts(what: &str, text: &str, opcode: &str, class: &str) {
@@ -231,15 +186,7 @@ fn check_selection(dir: &Path, lba: u64) {
 
 #[test]
 fn nvme_and_nvmet_profiles_in_the_vm() {
-    if std::env::var("NTPROF_VM").as_deref() != Ok("1") {
-        // Straight to fd 2: the test harness captures eprintln!, and a skip must be
-        // seen even when the test "passes".
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-             SKIPPED: set NTPROF_VM=1 to boot the VM rig (nvme_and_nvmet_profiles_in_the_vm)\n\
-             !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-        );
+    if !vm_enabled("nvme_and_nvmet_profiles_in_the_vm") {
         return;
     }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

@@ -8,7 +8,9 @@
 //!
 //! Runs only with `NTPROF_VM=1` (CI sets it): a cold rig builds a kernel (minutes).
 
-use std::collections::HashMap;
+mod common;
+
+use common::{assert_clean, fio_ios, inum as num, read, read_csv, vm_enabled, Row};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -65,49 +67,6 @@ const TARGET_STAGES: [&str; 4] = [
     "target_subsystem_ns",
     "nvmet_tcp_completion_ns",
 ];
-
-type Row = HashMap<String, String>;
-
-fn read_csv(path: &Path) -> Vec<Row> {
-    let mut rd = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let head: Vec<String> = rd.headers().unwrap().iter().map(str::to_string).collect();
-    rd.records()
-        .map(|r| {
-            let r = r.unwrap();
-            head.iter()
-                .cloned()
-                .zip(r.iter().map(str::to_string))
-                .collect()
-        })
-        .collect()
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn fio_ios(path: &Path) -> usize {
-    let text = read(path);
-    text.match_indices("\"total_ios\"")
-        .map(|(i, _)| {
-            let rest = text[i + 11..].trim_start_matches([' ', ':']);
-            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            digits.parse::<usize>().unwrap_or(0)
-        })
-        .sum()
-}
-
-fn num(r: &Row, col: &str) -> i64 {
-    r[col]
-        .parse()
-        .unwrap_or_else(|_| panic!("column {col} = `{}` is not a number: {r:?}", r[col]))
-}
-
-fn assert_clean(what: &str, err: &str) {
-    for want in ["lost 0", "unmatched 0", "incomplete 0"] {
-        assert!(err.contains(want), "{what}: no `{want}` in:\n{err}");
-    }
-}
 
 /// Every joint row: one I/O of the shape, every stage there, stages adding up.
 fn check_joint(s: &Shape, rows: &[Row]) -> (i64, i64) {
@@ -301,12 +260,7 @@ fn split_and_merge(dir: &Path, name: &str, joint_csv: &Path, joint: &[Row]) {
 
 #[test]
 fn nvme_tcp_profile_in_the_vm() {
-    if std::env::var("NTPROF_VM").as_deref() != Ok("1") {
-        eprintln!(
-            "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-             SKIPPED: set NTPROF_VM=1 to boot the VM rig (nvme_tcp_profile_in_the_vm)\n\
-             !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-        );
+    if !vm_enabled("nvme_tcp_profile_in_the_vm") {
         return;
     }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -339,7 +293,7 @@ fn nvme_tcp_profile_in_the_vm() {
     for s in &SHAPES {
         let f = |x: &str| dir.join(format!("{}-{x}", s.name));
         assert_eq!(
-            fio_ios(&dir.join(format!("fio-{}-joint.json", s.name))),
+            fio_ios(&dir.join(format!("fio-{}-joint.json", s.name))) as usize,
             NIOS
         );
         let err = read(&f("joint.err"));

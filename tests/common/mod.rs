@@ -88,8 +88,11 @@ pub fn run_ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// One CSV row: column → value.
+pub type Row = std::collections::HashMap<String, String>;
+
 /// Rows of a CSV as maps of column → value.
-pub fn read_csv(path: &Path) -> Vec<std::collections::HashMap<String, String>> {
+pub fn read_csv(path: &Path) -> Vec<Row> {
     let mut rd = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let heads: Vec<String> = rd.headers().unwrap().iter().map(String::from).collect();
     rd.records()
@@ -132,4 +135,57 @@ pub fn table_count(text: &str, group: &[&str], stage: &str) -> Option<u64> {
         }
     }
     None
+}
+
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// fio's own count of the I/Os it issued: the sum of every `"total_ios"` in its JSON
+/// (read, write, trim, sync sections).
+pub fn fio_ios(path: &Path) -> u64 {
+    let text = read(path);
+    text.match_indices("\"total_ios\"")
+        .map(|(i, _)| {
+            let rest = text[i + 11..].trim_start_matches([' ', ':']);
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u64>().unwrap_or(0)
+        })
+        .sum()
+}
+
+/// A numeric cell; the panic names the column and the row.
+pub fn num(r: &Row, col: &str) -> u64 {
+    r[col]
+        .parse()
+        .unwrap_or_else(|_| panic!("column {col} = `{}` is not a number: {r:?}", r[col]))
+}
+
+/// A signed numeric cell (network time can be negative).
+pub fn inum(r: &Row, col: &str) -> i64 {
+    r[col]
+        .parse()
+        .unwrap_or_else(|_| panic!("column {col} = `{}` is not a number: {r:?}", r[col]))
+}
+
+/// The health line at the end of a run must show nothing lost or left over.
+pub fn assert_clean(what: &str, err: &str) {
+    for want in ["lost 0", "unmatched 0", "incomplete 0"] {
+        assert!(err.contains(want), "{what}: no `{want}` in:\n{err}");
+    }
+}
+
+/// Whether the VM tests run (`NTPROF_VM=1`, set by scripts/test.sh and CI). Otherwise
+/// a loud skip, written straight to fd 2 so the harness's capture cannot hide it.
+pub fn vm_enabled(test: &str) -> bool {
+    use std::io::Write as _;
+    if std::env::var("NTPROF_VM").as_deref() == Ok("1") {
+        return true;
+    }
+    let bar = "!".repeat(80);
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n{bar}\nSKIPPED: set NTPROF_VM=1 to boot the VM rig ({test})\n{bar}\n"
+    );
+    false
 }
