@@ -36,7 +36,7 @@ impl<C: Correlator> Pipeline<C> {
         self.samples += 1;
         match self.decoder.decode(raw, time, cpu) {
             Ok(Some(ev)) => {
-                self.sorter.push(time, ev);
+                self.sorter.push(cpu, time, ev);
                 Some(time)
             }
             Ok(None) => None,

@@ -1264,9 +1264,9 @@ pub(crate) mod tests {
         let done = done_raw(&f.done, 0, 1, 5, 0, b"nvme0n1");
         let mut sorter = Sorter::new();
         // CPU 1's ring is drained first and holds the completion; CPU 0 the setup.
-        sorter.push(300, f.decoder.decode(&done, 300, 1).unwrap().unwrap());
+        sorter.push(1, 300, f.decoder.decode(&done, 300, 1).unwrap().unwrap());
         sorter.ring_drained(300);
-        sorter.push(100, f.decoder.decode(&setup, 100, 0).unwrap().unwrap());
+        sorter.push(0, 100, f.decoder.decode(&setup, 100, 0).unwrap().unwrap());
         sorter.ring_drained(100);
         let mut c = NvmeCorrelator::new(config(512));
         let mut out = Vec::new();
