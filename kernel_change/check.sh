@@ -46,7 +46,12 @@ check_one() {
 	local ver=$1 t0 t
 	local tarball=/usr/src/linux-source-$ver.tar.xz
 	local tree=$CACHE/linux-source-$ver obj=$CACHE/obj-$ver
-	[ -f "$tarball" ] || die "$tarball not found (apt-get install linux-source-$ver)"
+	if [ ! -f "$tarball" ]; then
+		log "$ver: installing linux-source-$ver"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "linux-source-$ver" >/dev/null \
+			|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "linux-source-$ver" >/dev/null; } \
+			|| die "$tarball not found and apt-get install linux-source-$ver failed"
+	fi
 	mkdir -p "$CACHE"
 
 	t0=$SECONDS

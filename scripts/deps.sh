@@ -3,8 +3,8 @@
 # Idempotent: installs only what is missing. Rust itself is expected (rustup / Debian).
 set -euo pipefail
 pkgs=(fio util-linux kmod
-      # the VM rig (tests/vm) and kernel_change/ checks
-      qemu-system-x86 busybox-static linux-source-6.1 linux-source-6.12
+      # the VM rig (tests/vm); kernel_change/check.sh installs the sources it checks
+      qemu-system-x86 busybox-static linux-source-6.1 rsync
       build-essential flex bison bc libelf-dev libssl-dev cpio xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do
