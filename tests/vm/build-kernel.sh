@@ -113,7 +113,12 @@ build() {
     # change the kernel nor force full rebuilds of the kept build tree.
     local mk=(env -i PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
               HOME="${HOME:-/root}" LC_ALL=C make -C "$tree" O="$obj" -j"$JOBS")
+    configure() {
     log "configuring in $obj (tinyconfig + $FRAGMENT)"
+    # Keep the previous .config (with its mtime): if the new one is identical it is
+    # put back, so make does not re-sync the config, which would relink objtool
+    # and with it recompile every object (a full rebuild).
+    [ -f "$obj/.config" ] && cp -p "$obj/.config" "$obj/.config.ntprof-prev"
     "${mk[@]}" -s tinyconfig >"$obj/config.log" 2>&1 || { cat "$obj/config.log" >&2; die "make tinyconfig failed"; }
     local cfg=(scripts/config --file "$obj/.config") line sym val
     while IFS= read -r line; do
@@ -147,6 +152,19 @@ build() {
     if [ ${#bad[@]} -gt 0 ]; then
         printf '[vm] ERROR: config symbol did not stick: %s\n' "${bad[@]}" >&2
         exit 1
+    fi
+    if [ -f "$obj/.config.ntprof-prev" ] && cmp -s "$obj/.config" "$obj/.config.ntprof-prev"; then
+        cp -p "$obj/.config.ntprof-prev" "$obj/.config"
+    fi
+    rm -f "$obj/.config.ntprof-prev"
+    }
+    local cfgkey; cfgkey=$( { echo "$SRCVER $LOCALVERSION"; cat "$FRAGMENT"; } | sha256sum | cut -c1-16)
+    if [ -f "$obj/.config" ] && [ "$(cat "$obj/.ntprof-cfgkey" 2>/dev/null)" = "$cfgkey" ]; then
+        log "config unchanged in $obj (fragment key $cfgkey): not re-running tinyconfig"
+    else
+        rm -f "$obj/.ntprof-cfgkey"
+        configure
+        echo "$cfgkey" > "$obj/.ntprof-cfgkey"
     fi
     log "building vmlinux (make -j$JOBS) in $obj; log: $obj/build.log"
     local t0=$SECONDS
