@@ -56,12 +56,16 @@ fi
 
 SRCVER=$(ksrc_version)
 KGEN=$(echo "$SRCVER" | sed -n 's/^[^=]*=\([0-9]*\.[0-9]*\).*/\1/p')   # e.g. 6.1
+# The lines of the fragment that set something: comments and blank lines do not
+# change the kernel, so editing them must not cost a rebuild.
+fragment_lines() { grep -E '^(CONFIG_|# CONFIG_[A-Za-z0-9_]+ is not set)' "$FRAGMENT"; }
+
 compute_key() {
     {
         echo "schema=$KEY_SCHEMA"
         echo "src=$SRCVER"
         echo "variant=$VARIANT localversion=$LOCALVERSION"
-        echo "--- fragment"; cat "$FRAGMENT"
+        echo "--- fragment"; fragment_lines
         if [ $PATCHES = 1 ]; then
             # What apply.sh uses: itself, include/, patches/<major.minor>/ (all of
             # patches/ if the generation cannot be told from the package version).
@@ -158,7 +162,7 @@ build() {
     fi
     rm -f "$obj/.config.ntprof-prev"
     }
-    local cfgkey; cfgkey=$( { echo "$SRCVER $LOCALVERSION"; cat "$FRAGMENT"; } | sha256sum | cut -c1-16)
+    local cfgkey; cfgkey=$( { echo "$SRCVER $LOCALVERSION"; fragment_lines; } | sha256sum | cut -c1-16)
     if [ -f "$obj/.config" ] && [ "$(cat "$obj/.ntprof-cfgkey" 2>/dev/null)" = "$cfgkey" ]; then
         log "config unchanged in $obj (fragment key $cfgkey): not re-running tinyconfig"
     else
