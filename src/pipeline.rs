@@ -194,7 +194,9 @@ fn drain_round<C: Correlator>(
                 }
             }
         });
-        pipe.bad_records += stats.malformed;
+        // A ring walk that hit a corrupt size resynchronised at the head and skipped
+        // what it could not parse: count it with the bad records, never silently.
+        pipe.bad_records += stats.malformed + u64::from(stats.ring_error.is_some());
         if let Some(t) = newest {
             pipe.ring_drained(t);
         }
