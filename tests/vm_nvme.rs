@@ -8,8 +8,8 @@
 
 mod common;
 
-use common::{assert_clean, fio_ios, num, read, read_csv, vm_enabled, Row};
-use std::path::{Path, PathBuf};
+use common::{assert_clean, fio_ios, num, read, read_csv, vm_enabled, vm_paths, Row};
+use std::path::Path;
 use std::process::Command;
 
 /// I/Os per fio run; psync + O_DIRECT makes fio issue exactly this many.
@@ -189,10 +189,7 @@ fn nvme_and_nvmet_profiles_in_the_vm() {
     if !vm_enabled("nvme_and_nvmet_profiles_in_the_vm") {
         return;
     }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-nvme");
-    let bin = std::env::var("NTPROF_VM_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ntprof-perf").to_string());
+    let (repo, out, bin) = vm_paths("vm-nvme");
     // NTPROF_VM_PATCHED=1 boots the kernel_change/ kernel instead: its stock nvme/nvmet
     // events are the same, and CI then builds one guest kernel instead of two.
     let patched = std::env::var("NTPROF_VM_PATCHED").as_deref() == Ok("1");

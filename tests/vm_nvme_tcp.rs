@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{assert_clean, fio_ios, inum as num, read, read_csv, vm_enabled, Row};
+use common::{assert_clean, fio_ios, inum as num, read, read_csv, vm_enabled, vm_paths, Row};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -263,10 +263,7 @@ fn nvme_tcp_profile_in_the_vm() {
     if !vm_enabled("nvme_tcp_profile_in_the_vm") {
         return;
     }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vm-nvme-tcp");
-    let bin = std::env::var("NTPROF_VM_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ntprof-perf").to_string());
+    let (repo, out, bin) = vm_paths("vm-nvme-tcp");
     // NTPROF_VM_REUSE=1: check the output of an earlier boot again (debugging).
     if std::env::var("NTPROF_VM_REUSE").as_deref() != Ok("1") {
         let status = Command::new(repo.join("tests/vm/run.sh"))

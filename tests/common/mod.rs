@@ -189,3 +189,13 @@ pub fn vm_enabled(test: &str) -> bool {
     );
     false
 }
+
+/// Where a VM test runs from: the repo, its output directory (shared with the guest),
+/// and the ntprof-perf binary the guest runs (`NTPROF_VM_BIN` overrides the one cargo
+/// built for this test).
+pub fn vm_paths(out_name: &str) -> (PathBuf, PathBuf, String) {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(out_name);
+    let bin = std::env::var("NTPROF_VM_BIN").unwrap_or_else(|_| bin().to_string());
+    (repo, out, bin)
+}
