@@ -89,6 +89,27 @@ impl SysBlock {
         })
     }
 
+    /// `queue/logical_block_size` of the named devices: the nvme profiles turn a
+    /// command's block count into bytes with it. Unreadable entries are left out (the
+    /// correlator then assumes 512 and its `lba_size` column says so).
+    pub fn logical_block_sizes<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a String>,
+    ) -> HashMap<String, u32> {
+        names
+            .into_iter()
+            .filter_map(|n| {
+                let path = self
+                    .root
+                    .join("class/block")
+                    .join(n)
+                    .join("queue/logical_block_size");
+                let size = fs::read_to_string(path).ok()?.trim().parse().ok()?;
+                Some((n.clone(), size))
+            })
+            .collect()
+    }
+
     /// dev_t → name for every block device, for the `device` column.
     pub fn names(&self) -> HashMap<u32, String> {
         let mut m = HashMap::new();
@@ -105,6 +126,20 @@ impl SysBlock {
         }
         m
     }
+}
+
+/// The tracepoint filter keeping the block events of these devices (kernel dev_t
+/// values): `dev == a || dev == b`. `None` when the list is empty (no filter: all).
+pub fn dev_filter(devs: &[u32]) -> Option<String> {
+    let mut devs = devs.to_vec();
+    devs.sort_unstable();
+    devs.dedup();
+    (!devs.is_empty()).then(|| {
+        devs.iter()
+            .map(|d| format!("dev == {d}"))
+            .collect::<Vec<_>>()
+            .join(" || ")
+    })
 }
 
 fn read_dev(path: &Path) -> Result<(u32, u32), DeviceError> {
@@ -124,6 +159,16 @@ fn read_dev(path: &Path) -> Result<(u32, u32), DeviceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dev_filter_joins_sorted_unique_devices() {
+        assert_eq!(dev_filter(&[]), None);
+        assert_eq!(dev_filter(&[7]).as_deref(), Some("dev == 7"));
+        assert_eq!(
+            dev_filter(&[9, 7, 9]).as_deref(),
+            Some("dev == 7 || dev == 9")
+        );
+    }
 
     fn fake() -> (PathBuf, SysBlock) {
         let root = std::env::temp_dir().join(format!("ntprof-sys-{}", std::process::id()));

@@ -9,7 +9,7 @@ use ntprof_perf::correlate::nvme_tcp::{Side, TcpConfig, TcpCorrelator};
 use ntprof_perf::correlate::nvmet::NvmetCorrelator;
 use ntprof_perf::correlate::{Correlator, ProfileInfo};
 use ntprof_perf::decode::Decoder;
-use ntprof_perf::device::{BlockDevice, SysBlock};
+use ntprof_perf::device::{dev_filter, BlockDevice, SysBlock};
 use ntprof_perf::perf::{online_cpus, EventSpec, GroupConfig, PerfGroup};
 use ntprof_perf::pipeline::{run_live, LiveOptions, Pipeline, RunError, StopReason};
 use ntprof_perf::profile;
@@ -162,12 +162,7 @@ fn run(p: Plan, out: Output, csv_path: Option<PathBuf>) -> Result<i32> {
                 bail!("--ctrl, --nsid, --qid and --admin select NVMe commands (profiles nvme, nvmet); the block profile selects with --device");
             }
             let devs: Vec<u32> = p.devices.iter().map(BlockDevice::kernel_dev).collect();
-            let filter = (!devs.is_empty()).then(|| {
-                devs.iter()
-                    .map(|d| format!("dev == {d}"))
-                    .collect::<Vec<_>>()
-                    .join(" || ")
-            });
+            let filter = dev_filter(&devs);
             let corr = BlockCorrelator::new(BlockConfig {
                 devices: devs,
                 names: SysBlock::default().names(),
@@ -191,7 +186,7 @@ fn run(p: Plan, out: Output, csv_path: Option<PathBuf>) -> Result<i32> {
             let names = SysBlock::default().names();
             let cfg = NvmeConfig {
                 select: p.select.clone(),
-                lba_sizes: lba_sizes(&names),
+                lba_sizes: SysBlock::default().logical_block_sizes(names.values()),
                 // Host disks only: their block events give the time before the driver.
                 disk_devs: names
                     .iter()
@@ -207,14 +202,8 @@ fn run(p: Plan, out: Output, csv_path: Option<PathBuf>) -> Result<i32> {
             }
             // Block events only for the nvme disks known now: unfiltered they would
             // carry every disk's I/O through the rings for nothing.
-            let block_filter = (!cfg.disk_devs.is_empty()).then(|| {
-                let mut devs: Vec<u32> = cfg.disk_devs.values().copied().collect();
-                devs.sort_unstable();
-                devs.iter()
-                    .map(|d| format!("dev == {d}"))
-                    .collect::<Vec<_>>()
-                    .join(" || ")
-            });
+            let disk_devs: Vec<u32> = cfg.disk_devs.values().copied().collect();
+            let block_filter = dev_filter(&disk_devs);
             let status = profile::check(p.info, &p.tfs);
             let events: Vec<(&str, &str, Option<String>)> = status
                 .iter()
@@ -237,24 +226,6 @@ fn run(p: Plan, out: Output, csv_path: Option<PathBuf>) -> Result<i32> {
         "nvme-tcp" => run_nvme_tcp(&p, out, csv_path),
         other => bail!("profile `{other}` has no live driver"),
     }
-}
-
-/// `queue/logical_block_size` of every block device, by name: the nvme profiles turn
-/// a command's block count into bytes with it. Unreadable entries are left out (the
-/// correlator then assumes 512 and its `lba_size` column says so).
-fn lba_sizes(
-    names: &std::collections::HashMap<u32, String>,
-) -> std::collections::HashMap<String, u32> {
-    names
-        .values()
-        .filter_map(|n| {
-            let path = Path::new("/sys/class/block")
-                .join(n)
-                .join("queue/logical_block_size");
-            let size = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
-            Some((n.clone(), size))
-        })
-        .collect()
 }
 
 /// Bind layouts, open rings, run until a stop condition, report.
@@ -489,11 +460,7 @@ fn run_nvme_tcp(p: &Plan, out: Output, csv_path: Option<PathBuf>) -> Result<i32>
             .filter(|s| s.req.system == "block")
             .all(|s| s.missing.is_none())
         && !nvme_devs.is_empty();
-    let block_filter = nvme_devs
-        .iter()
-        .map(|d| format!("dev == {d}"))
-        .collect::<Vec<_>>()
-        .join(" || ");
+    let block_filter = dev_filter(&nvme_devs);
     let events: Vec<(&str, &str, Option<String>)> = status
         .iter()
         .filter(|s| s.missing.is_none())
@@ -501,7 +468,7 @@ fn run_nvme_tcp(p: &Plan, out: Output, csv_path: Option<PathBuf>) -> Result<i32>
             let filter = match s.req.system {
                 "nvme_tcp" if p.side.host() => host_filter.clone(),
                 "nvmet_tcp" if target_on => target_filter.clone(),
-                "block" if block => Some(block_filter.clone()),
+                "block" if block => block_filter.clone(),
                 _ => return None,
             };
             Some((s.req.system, s.req.event, filter))
