@@ -8,9 +8,8 @@
 
 mod common;
 
-use common::{assert_clean, fio_ios, num, read, read_csv, vm_enabled, vm_paths, Row};
+use common::{assert_clean, fio_ios, num, read, read_csv, run_vm, vm_enabled, vm_paths, Row};
 use std::path::Path;
-use std::process::Command;
 
 /// I/Os per fio run; psync + O_DIRECT makes fio issue exactly this many.
 const NIOS: u64 = 200;
@@ -193,18 +192,14 @@ fn nvme_and_nvmet_profiles_in_the_vm() {
     // NTPROF_VM_PATCHED=1 boots the kernel_change/ kernel instead: its stock nvme/nvmet
     // events are the same, and CI then builds one guest kernel instead of two.
     let patched = std::env::var("NTPROF_VM_PATCHED").as_deref() == Ok("1");
-    let status = Command::new(repo.join("tests/vm/run.sh"))
-        .args(patched.then_some("--patches"))
-        .arg(repo.join("tests/vm/guest/nvme-profiles.sh"))
-        .arg(&out)
-        .arg(&bin)
-        .arg(NIOS.to_string())
-        .status()
-        .expect("running tests/vm/run.sh");
-    assert!(
-        status.success(),
-        "the VM run failed ({status}); see {}/console.log",
-        out.display()
+    let rig: &[&str] = if patched { &["--patches"] } else { &[] };
+    run_vm(
+        &repo,
+        rig,
+        "tests/vm/guest/nvme-profiles.sh",
+        &out,
+        &bin,
+        NIOS as usize,
     );
 
     let dir = out.join("nvme-profiles");

@@ -10,7 +10,9 @@
 
 mod common;
 
-use common::{assert_clean, fio_ios, inum as num, read, read_csv, vm_enabled, vm_paths, Row};
+use common::{
+    assert_clean, fio_ios, inum as num, read, read_csv, run_vm, vm_enabled, vm_paths, Row,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -266,19 +268,8 @@ fn nvme_tcp_profile_in_the_vm() {
     let (repo, out, bin) = vm_paths("vm-nvme-tcp");
     // NTPROF_VM_REUSE=1: check the output of an earlier boot again (debugging).
     if std::env::var("NTPROF_VM_REUSE").as_deref() != Ok("1") {
-        let status = Command::new(repo.join("tests/vm/run.sh"))
-            .args(["--patches", "--timeout", "1200"])
-            .arg(repo.join("tests/vm/guest/nvme-tcp.sh"))
-            .arg(&out)
-            .arg(&bin)
-            .arg(NIOS.to_string())
-            .status()
-            .expect("running tests/vm/run.sh");
-        assert!(
-            status.success(),
-            "the VM run failed ({status}); see {}/console.log",
-            out.display()
-        );
+        let rig = ["--patches", "--timeout", "1200"];
+        run_vm(&repo, &rig, "tests/vm/guest/nvme-tcp.sh", &out, &bin, NIOS);
     }
     let dir = out.join("nvme-tcp");
     let list = read(&dir.join("list.txt"));

@@ -199,3 +199,21 @@ pub fn vm_paths(out_name: &str) -> (PathBuf, PathBuf, String) {
     let bin = std::env::var("NTPROF_VM_BIN").unwrap_or_else(|_| bin().to_string());
     (repo, out, bin)
 }
+
+/// Boot the VM rig (`tests/vm/run.sh RIG_ARGS... SCRIPT OUT BIN IOS`) and fail the test,
+/// pointing at the console log, unless the guest script ran and succeeded.
+pub fn run_vm(repo: &Path, rig_args: &[&str], script: &str, out: &Path, bin: &str, ios: usize) {
+    let status = Command::new(repo.join("tests/vm/run.sh"))
+        .args(rig_args)
+        .arg(repo.join(script))
+        .arg(out)
+        .arg(bin)
+        .arg(ios.to_string())
+        .status()
+        .expect("running tests/vm/run.sh");
+    assert!(
+        status.success(),
+        "the VM run failed ({status}); see {}/console.log",
+        out.display()
+    );
+}
