@@ -4,9 +4,10 @@
 //!
 //! `cargo bench --bench pipeline [-- IOS]` (default 2,000,000 I/Os = 6,000,000 events).
 
-use ntprof_perf::correlate::block::{BlockConfig, BlockCorrelator};
 use ntprof_perf::decode::Decoder;
 use ntprof_perf::pipeline::Pipeline;
+use ntprof_perf::profile::block::correlate::{BlockConfig, BlockCorrelator};
+use ntprof_perf::profile::block::events::BlockLayout;
 use ntprof_perf::synth::RecordBuilder;
 use ntprof_perf::tracefs::Tracefs;
 use std::path::PathBuf;
@@ -72,7 +73,12 @@ fn main() {
 
     let mut decoder = Decoder::new();
     for e in ["block_rq_insert", "block_rq_issue", "block_rq_complete"] {
-        decoder.add(&tfs, "block", e).unwrap();
+        decoder
+            .bind(&tfs, "block", e, |fmt| {
+                let l = BlockLayout::for_event(fmt, e)?;
+                Ok(move |raw: &[u8]| l.decode(raw))
+            })
+            .unwrap();
     }
     let mut pipe = Pipeline::new(decoder, BlockCorrelator::new(BlockConfig::default()));
     let mut records = 0u64;

@@ -1,7 +1,6 @@
 //! Block device selection: names, `/dev` paths and `major:minor` to the kernel `dev_t`
 //! that block tracepoints record. Reads sysfs only.
 
-use crate::decode::block::kernel_dev;
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -128,18 +127,17 @@ impl SysBlock {
     }
 }
 
-/// The tracepoint filter keeping the block events of these devices (kernel dev_t
-/// values): `dev == a || dev == b`. `None` when the list is empty (no filter: all).
-pub fn dev_filter(devs: &[u32]) -> Option<String> {
-    let mut devs = devs.to_vec();
-    devs.sort_unstable();
-    devs.dedup();
-    (!devs.is_empty()).then(|| {
-        devs.iter()
-            .map(|d| format!("dev == {d}"))
-            .collect::<Vec<_>>()
-            .join(" || ")
-    })
+/// `dev_t` as the kernel encodes it inside trace records (not the user-space encoding).
+pub fn kernel_dev(major: u32, minor: u32) -> u32 {
+    (major << 20) | (minor & 0xfffff)
+}
+
+pub fn dev_major(dev: u32) -> u32 {
+    dev >> 20
+}
+
+pub fn dev_minor(dev: u32) -> u32 {
+    dev & 0xfffff
 }
 
 fn read_dev(path: &Path) -> Result<(u32, u32), DeviceError> {
@@ -161,13 +159,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dev_filter_joins_sorted_unique_devices() {
-        assert_eq!(dev_filter(&[]), None);
-        assert_eq!(dev_filter(&[7]).as_deref(), Some("dev == 7"));
-        assert_eq!(
-            dev_filter(&[9, 7, 9]).as_deref(),
-            Some("dev == 7 || dev == 9")
-        );
+    fn dev_encoding() {
+        let d = kernel_dev(7, 3);
+        assert_eq!((dev_major(d), dev_minor(d)), (7, 3));
+        assert_eq!(kernel_dev(259, 0), 259 << 20);
     }
 
     fn fake() -> (PathBuf, SysBlock) {

@@ -8,15 +8,19 @@
 //!     ─► correlate (one record per I/O, per profile) ─► sink (CSV rows, histograms)
 //! ```
 //!
-//! [`pipeline`] drives the stages; [`profile`] lists what each profile needs.
+//! [`pipeline`] drives the stages. A profile ([`profile`]) is a plug-in: one folder
+//! with its events, filters, flags, correlator and record; its record's column table
+//! ([`record`]) is all the sinks know of it.
 
 pub mod correlate;
 pub mod decode;
 pub mod device;
+pub mod filter;
 pub mod order;
 pub mod perf;
 pub mod pipeline;
 pub mod profile;
+pub mod record;
 pub mod sink;
 pub mod synth;
 pub mod tracefs;

@@ -2,14 +2,12 @@
 
 mod cli;
 
-use clap::Parser;
-
 fn main() {
-    let args = cli::args::Cli::parse();
-    match cli::run(args) {
+    let (args, sub) = cli::args::parse();
+    match cli::run(args, &sub) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("ntprof-perf: error: {e:#}");
+            eprintln!("ntprof-perf: error: {}", cli::error_text(&e));
             std::process::exit(1);
         }
     }

@@ -2,25 +2,28 @@
 //!
 //! [`Pipeline`] is the pure part (no I/O: used by the live loop, by tests and by the
 //! benchmark); [`run_live`] adds the perf rings, the clock and the stop conditions.
+//! [`Stages`] is a pipeline with its profile's types erased, so the live loop and the
+//! sinks are the same code for every profile.
 
 use crate::correlate::Correlator;
 use crate::decode::{Decoder, Event};
 use crate::order::Sorter;
 use crate::perf::{PerfGroup, Record};
+use crate::record::IoRecord;
 use crate::sink::{Health, SinkError};
 use std::time::{Duration, Instant};
 
 /// decode → order → correlate, fed one raw sample at a time.
 pub struct Pipeline<C: Correlator> {
-    decoder: Decoder,
-    sorter: Sorter<Event>,
+    decoder: Decoder<C::Event>,
+    sorter: Sorter<Event<C::Event>>,
     corr: C,
     samples: u64,
     bad_records: u64,
 }
 
 impl<C: Correlator> Pipeline<C> {
-    pub fn new(decoder: Decoder, corr: C) -> Pipeline<C> {
+    pub fn new(decoder: Decoder<C::Event>, corr: C) -> Pipeline<C> {
         Pipeline {
             decoder,
             sorter: Sorter::new(),
@@ -81,6 +84,40 @@ impl<C: Correlator> Pipeline<C> {
     }
 }
 
+/// A pipeline of any profile, as the live loop drives it: records come out as
+/// `&dyn IoRecord`, described by their column table.
+pub trait Stages {
+    fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64>;
+    fn ring_drained(&mut self, newest: u64);
+    /// Records that could not be parsed out of a ring (counted with the bad records).
+    fn bad_records(&mut self, n: u64);
+    fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
+    fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
+    fn health(&self) -> Health;
+}
+
+impl<C: Correlator> Stages for Pipeline<C> {
+    #[inline]
+    fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64> {
+        Pipeline::sample(self, time, cpu, raw)
+    }
+    fn ring_drained(&mut self, newest: u64) {
+        Pipeline::ring_drained(self, newest)
+    }
+    fn bad_records(&mut self, n: u64) {
+        self.bad_records += n;
+    }
+    fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord)) {
+        Pipeline::end_round(self, &mut |r| out(&r))
+    }
+    fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord)) {
+        Pipeline::finish(self, &mut |r| out(&r))
+    }
+    fn health(&self) -> Health {
+        Pipeline::health(self)
+    }
+}
+
 /// Why a live run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopReason {
@@ -101,8 +138,8 @@ pub enum RunError {
 }
 
 /// Where a live run's records go, and what it is told at every interval.
-pub trait RecordSink<R> {
-    fn record(&mut self, r: &R) -> Result<(), SinkError>;
+pub trait RecordSink {
+    fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError>;
     /// Called every `LiveOptions::tick`.
     fn tick(&mut self, _health: &Health) -> Result<(), SinkError> {
         Ok(())
@@ -121,12 +158,12 @@ pub struct LiveOptions {
 
 /// Run until a stop condition, then drain once more, flush and give up what is in
 /// flight. A sink error stops the run (after the rings are disabled) and is returned.
-pub fn run_live<C: Correlator>(
+pub fn run_live(
     group: &mut PerfGroup,
-    pipe: &mut Pipeline<C>,
+    pipe: &mut dyn Stages,
     opts: &LiveOptions,
     should_stop: &mut dyn FnMut() -> Result<Option<StopReason>, RunError>,
-    sink: &mut dyn RecordSink<C::Record>,
+    sink: &mut dyn RecordSink,
 ) -> Result<(StopReason, Health), RunError> {
     let mut next_tick = opts.tick.map(|t| Instant::now() + t);
     let reason = loop {
@@ -157,7 +194,7 @@ pub fn run_live<C: Correlator>(
     // Samples written before the disable are still in the rings.
     drain_round(group, pipe, sink)?;
     let mut first_err = None;
-    pipe.finish(&mut |r| deliver(sink, &r, &mut first_err));
+    pipe.finish(&mut |r| deliver(sink, r, &mut first_err));
     if let Some(e) = first_err {
         return Err(e.into());
     }
@@ -166,7 +203,7 @@ pub fn run_live<C: Correlator>(
 
 /// Hand one record to the sink, keeping only the first error (later records of the
 /// same round are dropped: the run is stopping anyway).
-fn deliver<R>(sink: &mut dyn RecordSink<R>, r: &R, first_err: &mut Option<SinkError>) {
+fn deliver(sink: &mut dyn RecordSink, r: &dyn IoRecord, first_err: &mut Option<SinkError>) {
     if first_err.is_none() {
         if let Err(e) = sink.record(r) {
             *first_err = Some(e);
@@ -174,16 +211,16 @@ fn deliver<R>(sink: &mut dyn RecordSink<R>, r: &R, first_err: &mut Option<SinkEr
     }
 }
 
-fn health<C: Correlator>(group: &PerfGroup, pipe: &Pipeline<C>) -> Health {
+fn health(group: &PerfGroup, pipe: &dyn Stages) -> Health {
     let mut h = pipe.health();
     h.lost = group.lost();
     h
 }
 
-fn drain_round<C: Correlator>(
+fn drain_round(
     group: &mut PerfGroup,
-    pipe: &mut Pipeline<C>,
-    sink: &mut dyn RecordSink<C::Record>,
+    pipe: &mut dyn Stages,
+    sink: &mut dyn RecordSink,
 ) -> Result<(), SinkError> {
     for ring in 0..group.ring_count() {
         let mut newest = None;
@@ -196,12 +233,12 @@ fn drain_round<C: Correlator>(
         });
         // A ring walk that hit a corrupt size resynchronised at the head and skipped
         // what it could not parse: count it with the bad records, never silently.
-        pipe.bad_records += stats.malformed + u64::from(stats.ring_error.is_some());
+        pipe.bad_records(stats.malformed + u64::from(stats.ring_error.is_some()));
         if let Some(t) = newest {
             pipe.ring_drained(t);
         }
     }
     let mut first_err = None;
-    pipe.end_round(&mut |r| deliver(sink, &r, &mut first_err));
+    pipe.end_round(&mut |r| deliver(sink, r, &mut first_err));
     first_err.map_or(Ok(()), Err)
 }

@@ -14,3 +14,37 @@ pub(crate) fn live_tracefs(test: &str) -> Option<Tracefs> {
         }
     }
 }
+
+/// A captured tracefs tree under `tracefs/` that has every one of `events`
+/// (`system/event` paths), preferring the first in name order.
+pub(crate) fn captured_tracefs(events: &[&str], what: &str) -> Tracefs {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tracefs");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    let dir = dirs
+        .into_iter()
+        .find(|d| {
+            events
+                .iter()
+                .all(|e| d.join("events").join(e).join("format").is_file())
+        })
+        .unwrap_or_else(|| panic!("no captured formats with {what} under {}", root.display()));
+    Tracefs::at(&dir).unwrap()
+}
+
+/// The cells of a record after its two time columns, as the CSV writes them.
+pub(crate) fn cells(r: &dyn crate::record::IoRecord) -> Vec<String> {
+    let n = r.schema().columns.len();
+    (2..n).map(|i| r.value(i).to_text()).collect()
+}
+
+/// The record's stat group labels.
+pub(crate) fn labels(r: &dyn crate::record::IoRecord) -> Vec<String> {
+    r.schema()
+        .labels
+        .iter()
+        .map(|&i| r.value(i).to_text())
+        .collect()
+}

@@ -1,6 +1,9 @@
-//! Command-line flags (clap). Validation into a run plan happens in `plan.rs`.
+//! Command-line flags (clap). The generic flags are declared here; each profile brings
+//! its own ([`ntprof_perf::profile::Profile::args`]), added to `record` and `stat` by
+//! [`command`]. Validation into a run plan happens in `live.rs` and the profile.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use ntprof_perf::profile;
 use std::path::PathBuf;
 
 /// Where does I/O latency go? A user-space latency profiler for NVMe over TCP, NVMe and
@@ -41,9 +44,10 @@ pub enum Cmd {
     Stat(StatArgs),
     /// Print the summary tables of a CSV written by `record` (offline profiling).
     Report(ReportArgs),
-    /// Join an nvme-tcp recording made on the host (`record --side host`) with one made
-    /// on the target (`record --side target`) into the full breakdown: host, network
-    /// and target stages per I/O, the rows a joint (loopback) recording would have.
+    /// Join a recording made on the host (`record --side host`) with one made on the
+    /// target (`record --side target`) into the full breakdown, the rows a joint
+    /// (loopback) recording would have. For profiles whose I/O spans two machines
+    /// (nvme-tcp: host, network and target stages per I/O).
     ///
     /// Host and target I/Os are paired by (cntlid, qid, cid) and time; the offset
     /// between the two machines' clocks is estimated from the rows (the wall-clock
@@ -59,39 +63,14 @@ pub struct ListArgs {
     pub tracefs: Option<PathBuf>,
 }
 
-/// What to trace and how: shared by record and stat.
+/// What to trace and how: shared by record and stat. Each profile adds its own flags
+/// (see `profile_args`): `--device` for block and bio, `--ctrl`/`--qid`/… for the NVMe
+/// profiles.
 #[derive(Debug, Args)]
 pub struct Selection {
     /// Profile: which events are traced and how they are joined into I/Os (see `list`).
     #[arg(short, long, default_value = "block")]
     pub profile: String,
-    /// Only this block device: a name (nvme0n1), a path (/dev/loop0) or major:minor.
-    /// Repeat for several. Applied in the kernel with a tracepoint filter. Default: all.
-    #[arg(short, long = "device", value_name = "DEV")]
-    pub devices: Vec<String>,
-    /// nvme/nvmet profiles: only this controller (host: N of nvmeN; target: cntlid).
-    /// Applied in the kernel with a tracepoint filter.
-    #[arg(long, value_name = "N")]
-    pub ctrl: Option<u32>,
-    /// nvme/nvmet profiles: only this namespace id.
-    #[arg(long, value_name = "N")]
-    pub nsid: Option<u32>,
-    /// nvme/nvmet profiles: only this queue id (0 is the admin queue).
-    #[arg(long, value_name = "N")]
-    pub qid: Option<u32>,
-    /// nvme/nvmet profiles: also trace admin queue (qid 0) commands, skipped by default.
-    #[arg(long)]
-    pub admin: bool,
-    /// nvme-tcp profile: the side(s) of NVMe/TCP this machine traces: `host`, `target`,
-    /// or `both` (loopback, or host and target of different connections). For two
-    /// machines record `--side host` on one and `--side target` on the other, then
-    /// join the CSVs with `ntprof-perf merge`.
-    #[arg(long, value_name = "SIDE", default_value = "both")]
-    pub side: String,
-    /// nvme-tcp profile: trace 1 in N I/Os (N = 1, 2, 4, 8 or 16), keeping every event
-    /// of a sampled I/O. Chosen in the kernel by the command id's generation bits.
-    #[arg(long, value_name = "N")]
-    pub sample: Option<u32>,
     /// Stop after this many seconds (fractions allowed).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -126,9 +105,9 @@ pub struct StatArgs {
 
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// CSV of `ntprof-perf record --profile nvme-tcp --side host`.
+    /// CSV recorded on the host (`record --side host`).
     pub host: PathBuf,
-    /// CSV of `ntprof-perf record --profile nvme-tcp --side target`.
+    /// CSV recorded on the target (`record --side target`).
     pub target: PathBuf,
     /// Write the joined CSV here instead of standard output.
     #[arg(short, long, value_name = "FILE")]
@@ -144,14 +123,49 @@ pub struct ReportArgs {
     pub file: PathBuf,
 }
 
+/// Every profile's own flags, once per id (profiles sharing a flag define it alike).
+pub fn profile_args() -> Vec<clap::Arg> {
+    let mut all: Vec<clap::Arg> = Vec::new();
+    for p in profile::all() {
+        for a in p.args() {
+            if !all.iter().any(|x| x.get_id() == a.get_id()) {
+                all.push(a);
+            }
+        }
+    }
+    all
+}
+
+/// The command line: the derived flags plus the profiles' own on `record` and `stat`.
+pub fn command() -> clap::Command {
+    let extra = profile_args();
+    let mut c = Cli::command();
+    for sub in ["record", "stat"] {
+        let extra = extra.clone();
+        c = c.mut_subcommand(sub, move |s| {
+            s.next_help_heading("Profile flags (see `ntprof-perf list`)")
+                .args(extra)
+        });
+    }
+    c
+}
+
+/// Parse the process arguments: the typed flags and the raw matches of the
+/// subcommand, from which profiles read their own.
+pub fn parse() -> (Cli, clap::ArgMatches) {
+    let m = command().get_matches();
+    let cli = Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit());
+    let sub = m.subcommand().map(|(_, s)| s.clone()).unwrap_or_default();
+    (cli, sub)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_is_well_formed() {
-        Cli::command().debug_assert();
+        command().debug_assert();
     }
 
     #[test]
@@ -159,8 +173,6 @@ mod tests {
         let c = Cli::try_parse_from([
             "ntprof-perf",
             "record",
-            "-d",
-            "loop0",
             "-o",
             "x.csv",
             "--",
@@ -170,8 +182,13 @@ mod tests {
         ])
         .unwrap();
         let Cmd::Record(r) = c.cmd else { panic!() };
-        assert_eq!(r.sel.devices, ["loop0"]);
         assert_eq!(r.sel.command, ["dd", "if=/dev/zero", "-x"]);
         assert_eq!(r.sel.profile, "block");
+        let m = command()
+            .try_get_matches_from(["ntprof-perf", "record", "-d", "loop0", "--", "dd"])
+            .unwrap();
+        let (_, sub) = m.subcommand().unwrap();
+        let devs: Vec<&String> = sub.get_many::<String>("device").unwrap().collect();
+        assert_eq!(devs, ["loop0"]);
     }
 }

@@ -1,97 +1,75 @@
-//! `merge`: join a host-only and a target-only nvme-tcp CSV (see
-//! `ntprof_perf::correlate::merge` for how rows are paired).
+//! `merge`: join a host-side and a target-side recording of a profile whose I/O spans
+//! two machines (the profile does the pairing, see `Profile::merge`).
 
 use super::args::MergeArgs;
 use anyhow::{bail, Context, Result};
-use ntprof_perf::correlate::merge::{merge as join, Row};
-use ntprof_perf::correlate::nvme_tcp::{TcpRecord, INFO};
-use ntprof_perf::correlate::{Cell, IoRecord};
-use ntprof_perf::sink::csv::open_reader;
-use std::io::Write;
+use ntprof_perf::profile::{self, Profile, Recording};
+use ntprof_perf::sink::csv::{open_reader, CsvSink};
+use ntprof_perf::sink::time::WallClock;
 use std::path::Path;
 
 pub fn merge(a: &MergeArgs) -> Result<i32> {
-    // Open the output first: a bad path fails before any reading.
-    let out: Box<dyn Write> = match &a.output {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        )),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+    let (p, host) = read(&a.host, None)?;
+    let (_, target) = read(&a.target, Some(p))?;
+    let Some(merged) = p.merge(&[host, target], a.max_skew_ms.saturating_mul(1_000_000)) else {
+        bail!(
+            "the {} profile records I/O of one machine: there is nothing to merge",
+            p.name()
+        );
     };
-    let mut rows = read_rows(&a.host)?;
-    rows.extend(read_rows(&a.target)?);
-    let (rows, st) = join(rows, a.max_skew_ms.saturating_mul(1_000_000));
-    let mut w = csv::Writer::from_writer(out);
-    w.write_record(INFO.columns)?;
-    let mut cells: Vec<String> = Vec::with_capacity(INFO.columns.len());
-    for r in &rows {
-        cells.clear();
-        cells.push(r.start_time.clone());
-        cells.push(r.start_ns.to_string());
-        r.rec.cells(&mut |c| {
-            cells.push(match c {
-                Cell::U64(v) => v.to_string(),
-                Cell::I64(v) => v.to_string(),
-                Cell::Str(s) => s.to_string(),
-                Cell::Empty => String::new(),
-            })
-        });
-        w.write_record(&cells)?;
+    let merged = merged?;
+    let mut out = CsvSink::create(a.output.as_deref(), p.schema(), WallClock::default())?;
+    for (clock, rec) in &merged.rows {
+        out.record_with_clock(rec.as_ref(), *clock)?;
     }
-    w.flush().context("writing the merged CSV")?;
-    eprintln!(
-        "ntprof-perf: merge: {} host rows, {} target rows, {} paired; {} rows written; host clock − target clock ≈ {} ns ({} of {} round trips agree)",
-        st.host_rows,
-        st.target_rows,
-        st.paired,
-        rows.len(),
-        st.offset_ns,
-        st.agreeing,
-        st.considered
-    );
-    if st.host_rows > 0 && st.target_rows > 0 && st.paired == 0 {
-        eprintln!("ntprof-perf: warning: no host row found its target row: were both recorded at the same time, against the same controller (cntlid)?");
+    out.finish()?;
+    eprintln!("ntprof-perf: merge: {}", merged.summary);
+    if let Some(w) = merged.warning {
+        eprintln!("ntprof-perf: warning: {w}");
     }
     Ok(0)
 }
 
-fn read_rows(path: &Path) -> Result<Vec<Row>> {
+/// Every row of a recording; its profile is recognised by the header (and must be
+/// `same` when given).
+fn read(
+    path: &Path,
+    same: Option<&'static dyn Profile>,
+) -> Result<(&'static dyn Profile, Recording)> {
     let name = path.display().to_string();
     let mut rd = open_reader(path)?;
-    let header: Vec<String> = rd
+    let header = rd
         .headers()
         .with_context(|| format!("{name}: cannot read the header row"))?
-        .iter()
-        .map(str::to_string)
-        .collect();
-    if header
-        .iter()
-        .map(String::as_str)
-        .ne(INFO.columns.iter().copied())
-    {
-        bail!("{name}: not a CSV of `ntprof-perf record --profile nvme-tcp` (header differs)");
+        .clone();
+    let cols: Vec<&str> = header.iter().collect();
+    let p = profile::by_columns(&cols)
+        .filter(|p| p.merge(&[], 0).is_some())
+        .with_context(|| {
+            let two: Vec<&str> = profile::all()
+                .iter()
+                .filter(|p| p.merge(&[], 0).is_some())
+                .map(|p| p.name())
+                .collect();
+            format!(
+                "{name}: not a recording of a profile that merges two machines ({}): its header differs",
+                two.join(", ")
+            )
+        })?;
+    if let Some(s) = same {
+        if s.name() != p.name() {
+            bail!(
+                "{name}: a {} recording, the other is {}",
+                p.name(),
+                s.name()
+            );
+        }
     }
     let mut rows = Vec::new();
     for rec in rd.records() {
         let rec = rec.with_context(|| format!("{name}: malformed CSV"))?;
         let line = rec.position().map_or(0, |p| p.line());
-        let get = |c: &'static str| {
-            INFO.columns
-                .iter()
-                .position(|x| *x == c)
-                .and_then(|i| rec.get(i))
-                .unwrap_or("")
-                .to_string()
-        };
-        let start_ns = get("start_ns")
-            .parse()
-            .with_context(|| format!("{name} line {line}: start_ns is not a number"))?;
-        let r = TcpRecord::from_row(&get).with_context(|| format!("{name} line {line}"))?;
-        rows.push(Row {
-            start_time: get("start_time"),
-            start_ns,
-            rec: r,
-        });
+        rows.push((line, rec.iter().map(str::to_string).collect()));
     }
-    Ok(rows)
+    Ok((p, Recording { name, rows }))
 }

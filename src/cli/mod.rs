@@ -10,12 +10,13 @@ use args::{Cli, Cmd, ListArgs};
 use ntprof_perf::profile;
 use ntprof_perf::tracefs::Tracefs;
 
-/// Run a subcommand; the value is the process exit code.
-pub fn run(cli: Cli) -> Result<i32> {
+/// Run a subcommand; the value is the process exit code. `sub` holds the
+/// subcommand's raw flags, the profiles' own among them.
+pub fn run(cli: Cli, sub: &clap::ArgMatches) -> Result<i32> {
     match cli.cmd {
         Cmd::List(a) => list(&a).map(|_| 0),
-        Cmd::Record(a) => live::record(a),
-        Cmd::Stat(a) => live::stat(a),
+        Cmd::Record(a) => live::record(a, sub),
+        Cmd::Stat(a) => live::stat(a, sub),
         Cmd::Report(a) => report::report(&a),
         Cmd::Merge(a) => merge::merge(&a),
     }
@@ -27,14 +28,14 @@ fn list(a: &ListArgs) -> Result<()> {
         Err(e) => bail!("{e}"),
     };
     println!("tracefs: {}", tfs.root().display());
-    for info in profile::all() {
-        let st = profile::check(info, &tfs);
+    for &p in profile::all() {
+        let st = profile::check(p, &tfs);
         let verdict = if profile::supported(&st) {
             "supported"
         } else {
             "NOT supported"
         };
-        println!("\n{:<10} {verdict}: {}", info.name, info.about);
+        println!("\n{:<10} {verdict}: {}", p.name(), p.about());
         let mut shown_systems: Vec<&str> = Vec::new();
         for s in &st {
             let tag = if s.req.required { "" } else { " (optional)" };
@@ -61,7 +62,13 @@ fn list(a: &ListArgs) -> Result<()> {
                 Some(why) => println!("    missing  {sys}:{}{tag}: {why}", s.req.event),
             }
         }
-        println!("    stages: {}", info.stages.join(", "));
+        let stages: Vec<String> = p
+            .schema()
+            .stages
+            .iter()
+            .map(|&i| p.schema().columns[i].name.to_string())
+            .collect();
+        println!("    stages: {}", stages.join(", "));
     }
     Ok(())
 }
@@ -72,4 +79,38 @@ fn seconds(flag: &str, v: f64) -> Result<std::time::Duration> {
         .ok()
         .filter(|d| !d.is_zero())
         .with_context(|| format!("--{flag} {v}: give a positive number of seconds"))
+}
+
+/// An error and its causes on one line, each cause once: an io error wrapped with the
+/// file it concerns says "No space left on device" once, not at every level.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::from_raw_os_error(28);
+        let e = anyhow::Error::new(ntprof_perf::sink::SinkError::Write {
+            what: "x.csv".into(),
+            source: io,
+        });
+        let t = error_text(&e);
+        assert_eq!(t.matches("No space left on device").count(), 1, "{t}");
+        assert!(t.contains("x.csv"), "{t}");
+    }
 }

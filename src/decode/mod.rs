@@ -2,19 +2,16 @@
 //! the format files at start-up.
 //!
 //! No I/O and no allocation per sample: a [`Decoder`] is built once from a tracefs tree
-//! for the events a profile needs, then `decode` is a dispatch on `common_type` plus
+//! for the events a profile needs (each profile brings the layouts of its events, see
+//! `profile/<name>/events.rs`), then `decode` is a dispatch on `common_type` plus
 //! offset reads. It must not know about perf rings or about correlation.
 
-pub mod block;
 pub mod field;
-pub mod nvme;
-pub mod nvme_tcp;
-pub mod nvmet;
 
-pub use block::{BlockEvent, BlockKind, Op};
 pub use field::{FieldReader, Want};
 
-use crate::tracefs::{Tracefs, TracefsError};
+use crate::tracefs::{EventFormat, Tracefs, TracefsError};
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
@@ -35,87 +32,85 @@ pub enum DecodeError {
     },
     #[error("record of {have} bytes is too short to hold common_type")]
     NoHeader { have: usize },
+    #[error("event {event}: ntprof-perf has no decoder for it")]
+    Unknown { event: String },
     #[error(transparent)]
     Tracefs(#[from] TracefsError),
 }
 
-/// A decoded event with the sample's time (ns on the recording clock) and CPU.
+/// A decoded event of kind `K` with the sample's time (ns on the recording clock) and CPU.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Event {
+pub struct Event<K> {
     pub time: u64,
     pub cpu: u32,
-    pub kind: EventKind,
+    pub kind: K,
 }
 
-/// Every event kind any profile understands.
-#[derive(Debug, Clone, PartialEq)]
-pub enum EventKind {
-    Block(BlockEvent),
-    /// Host NVMe driver (`nvme:*`).
-    Nvme(nvme::NvmeEvent),
-    /// NVMe target (`nvmet:*`).
-    Nvmet(nvme::NvmeEvent),
-    /// NVMe/TCP host (`nvme_tcp:*`) or target (`nvmet_tcp:*`), kernel_change/ patch.
-    NvmeTcp(nvme_tcp::TcpEvent),
+/// How one event's raw record becomes a `K`: a layout bound from its format file.
+pub trait Layout<K>: Send + Sync {
+    fn decode(&self, raw: &[u8]) -> Result<K, DecodeError>;
 }
 
-/// What a tracepoint id decodes into.
-#[derive(Debug, Clone)]
-enum Slot {
-    Block(block::BlockLayout),
-    Nvme(nvme::NvmeLayout),
-    Nvmet(nvmet::NvmetLayout),
-    NvmeTcp(nvme_tcp::TcpLayout),
+impl<K, F: Fn(&[u8]) -> Result<K, DecodeError> + Send + Sync> Layout<K> for F {
+    #[inline]
+    fn decode(&self, raw: &[u8]) -> Result<K, DecodeError> {
+        self(raw)
+    }
 }
+
+impl<K> Layout<K> for Box<dyn Layout<K>> {
+    #[inline]
+    fn decode(&self, raw: &[u8]) -> Result<K, DecodeError> {
+        (**self).decode(raw)
+    }
+}
+
+/// A profile's `events::layout`: the layout of one of its events by name.
+pub type LayoutFn<K> = fn(&EventFormat, &str, &str) -> Result<Box<dyn Layout<K>>, DecodeError>;
 
 /// The layouts of every event a run decodes, dispatched by `common_type`.
-#[derive(Debug, Clone, Default)]
-pub struct Decoder {
+pub struct Decoder<K> {
     // Few events per run: a linear scan over a short Vec beats hashing.
-    slots: Vec<(u16, Slot)>,
+    slots: Vec<(u16, Arc<dyn Layout<K>>)>,
 }
 
-/// The events a decoder knows, by name, for opening perf events.
+impl<K> Clone for Decoder<K> {
+    fn clone(&self) -> Self {
+        Decoder {
+            slots: self.slots.clone(),
+        }
+    }
+}
+
+impl<K> Default for Decoder<K> {
+    fn default() -> Self {
+        Decoder { slots: Vec::new() }
+    }
+}
+
+/// An event a decoder knows, by name, for opening perf events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BoundEvent {
     pub name: String,
     pub id: u64,
 }
 
-impl Decoder {
-    pub fn new() -> Decoder {
+impl<K> Decoder<K> {
+    pub fn new() -> Decoder<K> {
         Decoder::default()
     }
 
-    /// Bind `system:event` from `tfs`. Unknown names are a programming error in a
-    /// profile table and reported as a missing event.
-    pub fn add(
+    /// Bind `system:event` from `tfs` with the layout `bind` builds from its format.
+    pub fn bind<L: Layout<K> + 'static>(
         &mut self,
         tfs: &Tracefs,
         system: &str,
         event: &str,
+        bind: impl FnOnce(&EventFormat) -> Result<L, DecodeError>,
     ) -> Result<BoundEvent, DecodeError> {
         let fmt = tfs.event(system, event)?;
+        let layout = bind(&fmt)?;
         let full = format!("{system}:{event}");
-        let slot = match (system, event) {
-            ("block", e) => match BlockKind::from_event(e) {
-                Some(kind) => Slot::Block(block::BlockLayout::bind(&fmt, kind)?),
-                None => return Err(unknown(system, event)),
-            },
-            ("nvme", e) => match nvme::NvmeLayout::bind(&fmt, e) {
-                Some(l) => Slot::Nvme(l?),
-                None => return Err(unknown(system, event)),
-            },
-            ("nvmet", e) => match nvmet::NvmetLayout::bind(&fmt, e) {
-                Some(l) => Slot::Nvmet(l?),
-                None => return Err(unknown(system, event)),
-            },
-            ("nvme_tcp" | "nvmet_tcp", e) => match nvme_tcp::TcpLayout::bind(&fmt, system, e) {
-                Some(l) => Slot::NvmeTcp(l?),
-                None => return Err(unknown(system, event)),
-            },
-            _ => return Err(unknown(system, event)),
-        };
         // `common_type` is a u16 in every record; ids above that cannot be dispatched.
         let id = u16::try_from(fmt.id).map_err(|_| DecodeError::FieldKind {
             event: full.clone(),
@@ -124,36 +119,53 @@ impl Decoder {
             found: fmt.id.to_string(),
         })?;
         self.slots.retain(|(i, _)| *i != id);
-        self.slots.push((id, slot));
+        self.slots.push((id, Arc::new(layout)));
         Ok(BoundEvent {
             name: full,
             id: fmt.id,
         })
     }
 
+    /// Bind `system:event` with a profile's layout function (`events::layout`).
+    pub fn add(
+        &mut self,
+        tfs: &Tracefs,
+        system: &str,
+        event: &str,
+        layout: LayoutFn<K>,
+    ) -> Result<BoundEvent, DecodeError>
+    where
+        K: 'static,
+    {
+        self.bind(tfs, system, event, |f| layout(f, system, event))
+    }
+
     /// Decode one raw record. `Ok(None)` for an event this decoder was not built for.
     #[inline]
-    pub fn decode(&self, raw: &[u8], time: u64, cpu: u32) -> Result<Option<Event>, DecodeError> {
+    pub fn decode(&self, raw: &[u8], time: u64, cpu: u32) -> Result<Option<Event<K>>, DecodeError> {
         let id = match raw {
             [a, b, ..] => u16::from_le_bytes([*a, *b]),
             _ => return Err(DecodeError::NoHeader { have: raw.len() }),
         };
-        let Some((_, slot)) = self.slots.iter().find(|(i, _)| *i == id) else {
+        let Some((_, layout)) = self.slots.iter().find(|(i, _)| *i == id) else {
             return Ok(None);
         };
-        let kind = match slot {
-            Slot::Block(l) => EventKind::Block(l.decode(raw)?),
-            Slot::Nvme(l) => EventKind::Nvme(l.decode(raw)?),
-            Slot::Nvmet(l) => EventKind::Nvmet(l.decode(raw)?),
-            Slot::NvmeTcp(l) => EventKind::NvmeTcp(l.decode(raw)?),
-        };
+        let kind = layout.decode(raw)?;
         Ok(Some(Event { time, cpu, kind }))
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
     }
 }
 
-fn unknown(system: &str, event: &str) -> DecodeError {
-    DecodeError::MissingField {
+/// The error for an event name a profile's events module does not decode.
+pub fn unknown(system: &str, event: &str) -> DecodeError {
+    DecodeError::Unknown {
         event: format!("{system}:{event}"),
-        field: "(no decoder for this event in ntprof-perf)".into(),
     }
 }

@@ -1,27 +1,35 @@
-//! CSV sink: one row per I/O, header first, streamed through a buffered writer.
+//! CSV sink: one row per I/O, header first, cells straight from the record's column
+//! table.
+//!
+//! Rows are rendered into one buffer without `fmt` or allocation per row, and the
+//! buffer is handed to the output only in whole rows: a run killed at any moment
+//! (even SIGKILL, short of a write the kernel itself cuts) leaves a file of whole
+//! lines. `flush` (called every second by the live loop) bounds what a crash loses.
 
-use super::time::WallClock;
+use super::time::WallCache;
 use super::SinkError;
-use crate::correlate::{Cell, IoRecord, ProfileInfo};
+use crate::record::{IoRecord, Schema, Value};
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// Rows are written out when this much is buffered.
+const CHUNK: usize = 1 << 16;
+
 pub struct CsvSink {
-    w: csv::Writer<Box<dyn Write>>,
-    what: String,
-    clock: WallClock,
-    rows: u64,
-    // Reused per row so writing does not allocate per cell.
+    out: Box<dyn Write>,
     buf: String,
+    what: String,
+    clock: WallCache,
+    rows: u64,
 }
 
 impl CsvSink {
     /// Create the output now, so a bad path fails before any tracing starts.
     pub fn create(
         path: Option<&Path>,
-        info: &ProfileInfo,
-        clock: WallClock,
+        schema: &Schema,
+        clock: super::time::WallClock,
     ) -> Result<CsvSink, SinkError> {
         let (out, what): (Box<dyn Write>, String) = match path {
             Some(p) => {
@@ -29,113 +37,145 @@ impl CsvSink {
                     path: p.to_path_buf(),
                     source,
                 })?;
-                (
-                    Box::new(BufWriter::with_capacity(1 << 16, f)),
-                    p.display().to_string(),
-                )
+                (Box::new(f), p.display().to_string())
             }
-            None => (
-                Box::new(BufWriter::with_capacity(1 << 16, std::io::stdout())),
-                "standard output".to_string(),
-            ),
+            None => (Box::new(std::io::stdout()), "standard output".to_string()),
         };
-        Self::from_writer(out, what, info, clock)
+        Self::from_writer(out, what, schema, clock)
     }
 
     pub fn from_writer(
         out: Box<dyn Write>,
         what: String,
-        info: &ProfileInfo,
-        clock: WallClock,
+        schema: &Schema,
+        clock: super::time::WallClock,
     ) -> Result<CsvSink, SinkError> {
-        let mut w = csv::WriterBuilder::new().from_writer(out);
-        w.write_record(info.columns)
-            .map_err(|e| csv_err(&what, e))?;
-        Ok(CsvSink {
-            w,
+        let mut s = CsvSink {
+            out,
+            buf: String::with_capacity(CHUNK + 4096),
             what,
-            clock,
+            clock: WallCache::new(clock),
             rows: 0,
-            buf: String::new(),
-        })
+        };
+        for (i, name) in schema.names().enumerate() {
+            if i > 0 {
+                s.buf.push(',');
+            }
+            push_field(&mut s.buf, name);
+        }
+        s.buf.push('\n');
+        // The header goes out at once: a reader sees the columns before any row.
+        s.flush()?;
+        Ok(s)
     }
 
-    pub fn record<R: IoRecord>(&mut self, r: &R) -> Result<(), SinkError> {
-        use std::fmt::Write as _;
-        let mut err = None;
-        let start = r.start_ns();
-        let wall = self.clock.format(start);
-        let w = &mut self.w;
-        let buf = &mut self.buf;
-        let mut put = |c: Cell<'_>| {
-            if err.is_some() {
-                return;
+    pub fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
+        let n = r.schema().columns.len();
+        for i in 0..n {
+            if i > 0 {
+                self.buf.push(',');
             }
-            buf.clear();
-            let res = match c {
-                Cell::U64(v) => {
-                    let _ = write!(buf, "{v}");
-                    w.write_field(buf.as_bytes())
-                }
-                Cell::I64(v) => {
-                    let _ = write!(buf, "{v}");
-                    w.write_field(buf.as_bytes())
-                }
-                Cell::Str(s) => w.write_field(s),
-                Cell::Empty => w.write_field(b""),
-            };
-            if let Err(e) = res {
-                err = Some(e);
+            match r.value(i) {
+                Value::Time(t) => self.clock.push(t, &mut self.buf),
+                Value::Str(s) => push_field(&mut self.buf, s),
+                Value::String(s) => push_field(&mut self.buf, &s),
+                v => v.write_text(&mut self.buf),
             }
-        };
-        put(Cell::Str(&wall));
-        put(Cell::U64(start));
-        r.cells(&mut put);
-        if let Some(e) = err {
-            return Err(csv_err(&self.what, e));
         }
-        self.w
-            .write_record(None::<&[u8]>)
-            .map_err(|e| csv_err(&self.what, e))?;
+        self.buf.push('\n');
         self.rows += 1;
+        if self.buf.len() >= CHUNK {
+            self.write_buffered()?;
+        }
         Ok(())
+    }
+
+    /// A record whose start is rendered with another recording's clock (`merge`).
+    pub fn record_with_clock(
+        &mut self,
+        r: &dyn IoRecord,
+        clock: super::time::WallClock,
+    ) -> Result<(), SinkError> {
+        let own = std::mem::replace(&mut self.clock, WallCache::new(clock));
+        let res = self.record(r);
+        self.clock = own;
+        res
     }
 
     pub fn rows(&self) -> u64 {
         self.rows
     }
 
-    /// Flush everything; the error is returned, not swallowed.
-    pub fn finish(&mut self) -> Result<(), SinkError> {
-        self.w.flush().map_err(|source| SinkError::Write {
+    fn write_buffered(&mut self) -> Result<(), SinkError> {
+        let res = self.out.write_all(self.buf.as_bytes());
+        self.buf.clear();
+        res.map_err(|source| self.err(source))
+    }
+
+    fn err(&self, source: std::io::Error) -> SinkError {
+        SinkError::Write {
             what: self.what.clone(),
             source,
-        })
+        }
+    }
+
+    /// Hand every whole row written so far to the output.
+    pub fn flush(&mut self) -> Result<(), SinkError> {
+        self.write_buffered()?;
+        self.out.flush().map_err(|source| self.err(source))
+    }
+
+    /// Flush everything; the error is returned, not swallowed.
+    pub fn finish(&mut self) -> Result<(), SinkError> {
+        self.flush()
     }
 }
 
-fn csv_err(what: &str, e: csv::Error) -> SinkError {
-    let source = match e.into_kind() {
-        csv::ErrorKind::Io(io) => io,
-        other => std::io::Error::other(format!("{other:?}")),
-    };
-    SinkError::Write {
-        what: what.to_string(),
-        source,
+/// A cell, quoted when it holds a separator, a quote or a line break.
+fn push_field(buf: &mut String, s: &str) {
+    if s.bytes().any(|b| matches!(b, b',' | b'"' | b'\n' | b'\r')) {
+        buf.push('"');
+        for c in s.chars() {
+            if c == '"' {
+                buf.push('"');
+            }
+            buf.push(c);
+        }
+        buf.push('"');
+    } else {
+        buf.push_str(s);
     }
 }
 
-/// Read a recorded CSV back for `report`.
+/// Read a recorded CSV back for `report` and `merge`.
 pub fn open_reader(path: &Path) -> Result<csv::Reader<File>, SinkError> {
-    let f = File::open(path).map_err(|source| SinkError::Create {
+    let f = File::open(path).map_err(|source| SinkError::Open {
         path: PathBuf::from(path),
         source,
     })?;
     Ok(csv::ReaderBuilder::new().has_headers(true).from_reader(f))
 }
 
-impl<R: IoRecord> crate::pipeline::RecordSink<R> for CsvSink {
-    fn record(&mut self, r: &R) -> Result<(), SinkError> {
+impl crate::pipeline::RecordSink for CsvSink {
+    fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
         CsvSink::record(self, r)
+    }
+
+    fn tick(&mut self, _health: &super::Health) -> Result<(), SinkError> {
+        self.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_quoted_only_when_needed() {
+        let mut b = String::new();
+        push_field(&mut b, "loop0");
+        b.push(',');
+        push_field(&mut b, "a,\"b\"");
+        assert_eq!(b, "loop0,\"a,\"\"b\"\"\"");
     }
 }

@@ -7,11 +7,16 @@ pub mod csv;
 pub mod stat;
 pub mod time;
 
-use crate::correlate::Counters;
+use crate::record::Counters;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("cannot create output {path}: {source}")]
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create output {}: {source}", path.display())]
     Create {
         path: std::path::PathBuf,
         source: std::io::Error,
@@ -70,6 +75,9 @@ impl Health {
         ));
         if c.partial > 0 || c.requeued > 0 {
             s.push_str(&format!("  partial {}  requeued {}", c.partial, c.requeued));
+        }
+        if c.ambiguous > 0 {
+            s.push_str(&format!("  ambiguous {}", c.ambiguous));
         }
         if self.bad_records > 0 {
             s.push_str(&format!("  bad-records {}", self.bad_records));

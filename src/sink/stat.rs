@@ -4,8 +4,9 @@
 //! whatever the I/O count, and percentiles are read in constant time.
 
 use super::{Health, SinkError};
-use crate::correlate::{FxMap, IoRecord, ProfileInfo, Status};
+use crate::record::{IoRecord, Row, RowError, Schema, Status};
 use hdrhistogram::Histogram;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// Latencies above this (100 s) are clamped into the top bucket.
@@ -19,42 +20,87 @@ struct Group {
     errors: u64,
 }
 
-/// Histograms for one period (an interval, or the whole run).
+/// Histograms for one period (an interval, or the whole run), one group per distinct
+/// set of label values (the schema's `Label` columns).
 pub struct StatTable {
-    info: &'static ProfileInfo,
+    schema: &'static Schema,
     groups: Vec<Group>,
-    index: FxMap<u64, usize>,
+    /// The labels themselves are the key (no hash stands in for them), each as
+    /// `<length>:<text>` so no two label lists share a key; a lookup borrows the
+    /// rendered key and only a new group allocates.
+    index: HashMap<String, usize>,
+    key: String,
+    label: String,
 }
 
 impl StatTable {
-    pub fn new(info: &'static ProfileInfo) -> StatTable {
+    pub fn new(schema: &'static Schema) -> StatTable {
         StatTable {
-            info,
+            schema,
             groups: Vec::new(),
-            index: FxMap::default(),
+            index: HashMap::new(),
+            key: String::new(),
+            label: String::new(),
         }
     }
 
-    pub fn add<R: IoRecord>(&mut self, r: &R) {
-        let n = self.info.stages.len();
-        let g = self.group(r.group_key(), || r.group_labels());
+    fn push_label(&mut self, text: &str) {
+        crate::record::push_u64(&mut self.key, text.len() as u64);
+        self.key.push(':');
+        self.key.push_str(text);
+    }
+
+    pub fn add(&mut self, r: &dyn IoRecord) {
+        self.key.clear();
+        for &i in &self.schema.labels {
+            let mut label = std::mem::take(&mut self.label);
+            label.clear();
+            r.value(i).write_text(&mut label);
+            self.push_label(&label);
+            self.label = label;
+        }
+        let g = self.group(|| {
+            r.schema()
+                .labels
+                .iter()
+                .map(|&i| r.value(i).to_text())
+                .collect()
+        });
+        let g = &mut self.groups[g];
         Self::count(g, r.status());
-        for i in 0..n {
-            if let Some(v) = r.stage(i) {
-                g.stages[i].saturating_record(v.min(MAX_NS));
+        for (h, &i) in g.stages.iter_mut().zip(&self.schema.stages) {
+            if let Some(v) = r.value(i).as_ns() {
+                h.saturating_record(v.min(MAX_NS));
             }
         }
     }
 
-    /// Add a row read back from CSV: labels and parsed stage values.
-    pub fn add_row(&mut self, key: u64, labels: &[String], stages: &[Option<u64>], status: Status) {
-        let g = self.group(key, || labels.to_vec());
+    /// Add a row read back from a file.
+    pub fn add_row(&mut self, row: &Row<'_>) -> Result<(), RowError> {
+        let status = row.status()?;
+        let mut stages = Vec::with_capacity(self.schema.stages.len());
+        for k in 0..self.schema.stages.len() {
+            stages.push(row.stage(k)?);
+        }
+        self.key.clear();
+        for &i in &self.schema.labels {
+            self.push_label(row.cells.get(i).copied().unwrap_or(""));
+        }
+        let g = self.group(|| {
+            row.schema
+                .labels
+                .iter()
+                .map(|&i| row.cells.get(i).copied().unwrap_or("").to_string())
+                .collect()
+        });
+        let g = &mut self.groups[g];
         Self::count(g, status);
         for (h, v) in g.stages.iter_mut().zip(stages) {
             if let Some(v) = v {
-                h.saturating_record((*v).min(MAX_NS));
+                h.saturating_record(v.min(MAX_NS));
             }
         }
+        Ok(())
     }
 
     fn count(g: &mut Group, status: Status) {
@@ -66,27 +112,28 @@ impl StatTable {
         }
     }
 
-    fn group(&mut self, key: u64, labels: impl FnOnce() -> Vec<String>) -> &mut Group {
-        let n = self.info.stages.len();
-        let groups = &mut self.groups;
-        let idx = *self.index.entry(key).or_insert_with(|| {
-            let stages = (0..n)
-                .map(|_| {
-                    // The bounds are constants that hdrhistogram accepts; a failure here
-                    // would be a programming error caught by every test.
-                    Histogram::new_with_bounds(1, MAX_NS, 3).expect("valid histogram bounds")
-                })
-                .collect();
-            groups.push(Group {
-                labels: labels(),
-                stages,
-                ios: 0,
-                incomplete: 0,
-                errors: 0,
-            });
-            groups.len() - 1
+    /// The group of `self.key`, made on first sight with `labels()`.
+    fn group(&mut self, labels: impl FnOnce() -> Vec<String>) -> usize {
+        if let Some(&g) = self.index.get(self.key.as_str()) {
+            return g;
+        }
+        let stages = (0..self.schema.stages.len())
+            .map(|_| {
+                // The bounds are constants that hdrhistogram accepts; a failure here
+                // would be a programming error caught by every test.
+                Histogram::new_with_bounds(1, MAX_NS, 3).expect("valid histogram bounds")
+            })
+            .collect();
+        self.groups.push(Group {
+            labels: labels(),
+            stages,
+            ios: 0,
+            incomplete: 0,
+            errors: 0,
         });
-        &mut self.groups[idx]
+        let g = self.groups.len() - 1;
+        self.index.insert(self.key.clone(), g);
+        g
     }
 
     pub fn is_empty(&self) -> bool {
@@ -117,9 +164,8 @@ impl StatTable {
         let mut order: Vec<&Group> = self.groups.iter().collect();
         order.sort_by(|a, b| a.labels.cmp(&b.labels));
         let mut heads: Vec<String> = self
-            .info
-            .group_columns
-            .iter()
+            .schema
+            .label_names()
             .map(|c| c.to_uppercase())
             .collect();
         heads.extend(
@@ -129,6 +175,7 @@ impl StatTable {
             .iter()
             .map(|s| s.to_string()),
         );
+        let stage_names: Vec<&str> = self.schema.stage_names().collect();
         let mut rows: Vec<Vec<String>> = Vec::new();
         for g in order {
             let mut note = format!("{} I/Os", g.ios);
@@ -144,7 +191,7 @@ impl StatTable {
                 } else {
                     vec![String::new(); g.labels.len()]
                 };
-                row.push(self.info.stages[i].trim_end_matches("_ns").to_string());
+                row.push(stage_names[i].to_string());
                 row.push(h.len().to_string());
                 if h.is_empty() {
                     row.extend(std::iter::repeat_n("-".to_string(), 6));
@@ -209,16 +256,16 @@ pub struct StatSink {
 }
 
 impl StatSink {
-    pub fn new(info: &'static ProfileInfo, out: Box<dyn std::io::Write>) -> StatSink {
+    pub fn new(schema: &'static Schema, out: Box<dyn std::io::Write>) -> StatSink {
         StatSink {
-            interval: StatTable::new(info),
-            total: StatTable::new(info),
+            interval: StatTable::new(schema),
+            total: StatTable::new(schema),
             out,
             started: std::time::Instant::now(),
         }
     }
 
-    pub fn record<R: IoRecord>(&mut self, r: &R) {
+    pub fn record(&mut self, r: &dyn IoRecord) {
         self.interval.add(r);
         self.total.add(r);
     }
@@ -270,8 +317,8 @@ pub fn summary(table: &StatTable, header: &str, health: &Health) -> String {
     s
 }
 
-impl<R: IoRecord> crate::pipeline::RecordSink<R> for StatSink {
-    fn record(&mut self, r: &R) -> Result<(), SinkError> {
+impl crate::pipeline::RecordSink for StatSink {
+    fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
         StatSink::record(self, r);
         Ok(())
     }

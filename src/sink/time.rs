@@ -32,6 +32,46 @@ impl WallClock {
     }
 }
 
+/// Renders many times of one run: the date and time of day are formatted once per
+/// second, each time then only appends its nanoseconds.
+#[derive(Debug, Clone)]
+pub struct WallCache {
+    clock: WallClock,
+    sec: i128,
+    prefix: String,
+}
+
+impl WallCache {
+    pub fn new(clock: WallClock) -> WallCache {
+        WallCache {
+            clock,
+            sec: i128::MIN,
+            prefix: String::new(),
+        }
+    }
+
+    /// Append the wall-clock form of `mono_ns` (as [`WallClock::format`]).
+    pub fn push(&mut self, mono_ns: u64, out: &mut String) {
+        let unix = mono_ns as i128 + self.clock.offset_ns;
+        let sec = unix.div_euclid(1_000_000_000);
+        if sec != self.sec {
+            let full = format_utc(sec * 1_000_000_000);
+            // Everything up to and including the '.' before the nanoseconds.
+            self.prefix = full[..full.len() - 9].to_string();
+            self.sec = sec;
+        }
+        out.push_str(&self.prefix);
+        let nanos = unix.rem_euclid(1_000_000_000) as u64;
+        let mut digits = [b'0'; 9];
+        let mut v = nanos;
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+        out.push_str(std::str::from_utf8(&digits).unwrap_or("000000000"));
+    }
+}
+
 /// Format ns since the Unix epoch as UTC `YYYY-MM-DD HH:MM:SS.nnnnnnnnn`.
 pub fn format_utc(unix_ns: i128) -> String {
     let secs = unix_ns.div_euclid(1_000_000_000);
@@ -61,9 +101,43 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// `YYYY-MM-DD HH:MM:SS.nnnnnnnnn` (UTC, as [`format_utc`] writes; a `T` between
+/// date and time is read too) to ns since the epoch.
+pub fn parse_utc(s: &str) -> Option<i128> {
+    let (date, time) = s.split_once([' ', 'T'])?;
+    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
+    let (y, m, dd) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.splitn(3, ':').map(|x| x.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    let nanos: i64 = format!("{frac:0<9}").get(..9)?.parse().ok()?;
+    // Days from civil (H. Hinnant), the inverse of `civil_from_days`.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + dd - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    Some(secs as i128 * 1_000_000_000 + nanos as i128)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_round_trip() {
+        for ns in [0i128, 1_795_219_200_000_000_001, 951_827_696_500_000_000] {
+            assert_eq!(parse_utc(&format_utc(ns)), Some(ns));
+        }
+        assert_eq!(
+            parse_utc("2026-11-21 14:00:00"),
+            Some(1_795_269_600_000_000_000)
+        );
+        assert_eq!(parse_utc("nonsense"), None);
+    }
 
     #[test]
     fn utc_formatting() {
@@ -78,6 +152,24 @@ mod tests {
             "2026-11-21 00:00:00.000000001"
         );
         assert_eq!(format_utc(-1), "1969-12-31 23:59:59.999999999");
+    }
+
+    #[test]
+    fn cached_rendering_equals_formatting() {
+        let c = WallClock::with_offset(1_795_219_200_000_000_000);
+        let mut cache = WallCache::new(c);
+        for t in [
+            0u64,
+            1,
+            999_999_999,
+            1_000_000_000,
+            1_000_000_007,
+            86_400_000_000_123,
+        ] {
+            let mut s = String::new();
+            cache.push(t, &mut s);
+            assert_eq!(s, c.format(t));
+        }
     }
 
     #[test]

@@ -1,578 +1,28 @@
-//! The nvme profile: host `nvme_setup_cmd` → `nvme_complete_rq`, keyed by
+//! The nvme profile's correlator: host `nvme_setup_cmd` → `nvme_complete_rq`, keyed by
 //! (controller instance, qid, cid), joined with the block events of the same request:
-//! the bio/insert before the driver for the time spent there, and the block completion
-//! after it to catch completions that carry a wrong command id (see `Held`).
-//!
-//! Also the machinery the nvmet profile shares (`CmdTracker`): command selection,
-//! in-flight map with cid reuse and bounded memory, and the common record fields.
+//! the bio/insert before the driver for the time spent there ([`BioJoin`]), and the
+//! block completion after it to catch completions that carry a wrong command id (see
+//! `Held`).
 
-use super::{
-    size_class, Cell, Correlator, Counters, EventReq, FxHasher, FxMap, IoRecord, ProfileInfo,
-    Status,
-};
-use crate::decode::block::{BlockEvent, BlockKind};
-use crate::decode::nvme::{DiskName, NvmeCmd, NvmeDone, NvmeEvent};
-use crate::decode::{Event, EventKind};
-use std::collections::HashMap;
-use std::hash::Hasher;
+use super::cmd::{Claim, CmdTracker, Finished, Key, NvmeConfig, Pending};
+use super::events::{DiskName, HostEvent, NvmeCmd, NvmeDone, NvmeEvent};
+use super::record::NvmeRecord;
+use crate::correlate::biojoin::{BioJoin, StartKind};
+use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
+use crate::correlate::{Correlator, Counters, FxMap};
+use crate::decode::Event;
+use crate::profile::block::events::{BlockEvent, BlockKind};
 
-/// LBA size assumed when the namespace's is unknown (no sysfs entry for its disk).
-pub const DEFAULT_LBA_SIZE: u32 = 512;
-
-pub static INFO: ProfileInfo = ProfileInfo {
-    name: "nvme",
-    about: "NVMe commands on the host (PCIe or fabrics): block layer → driver setup → completion",
-    events: &[
-        EventReq {
-            system: "nvme",
-            event: "nvme_setup_cmd",
-            required: true,
-            hint: "CONFIG_BLK_DEV_NVME or CONFIG_NVME_FABRICS host driver loaded (modprobe nvme / nvme-tcp)",
-        },
-        EventReq {
-            system: "nvme",
-            event: "nvme_complete_rq",
-            required: true,
-            hint: "CONFIG_BLK_DEV_NVME or CONFIG_NVME_FABRICS host driver loaded (modprobe nvme / nvme-tcp)",
-        },
-        // Optional: they only add blk_to_driver_ns and total_ns. block_rq_issue is not
-        // opened: every nvme driver calls nvme_setup_cmd before blk_mq_start_request,
-        // so the issue says nothing about the time before the driver.
-        EventReq {
-            system: "block",
-            event: "block_bio_queue",
-            required: false,
-            hint: "CONFIG_EVENT_TRACING (every distribution kernel has it)",
-        },
-        EventReq {
-            system: "block",
-            event: "block_rq_insert",
-            required: false,
-            hint: "CONFIG_EVENT_TRACING (every distribution kernel has it)",
-        },
-        // Optional: checks which request a completion belongs to when the driver
-        // reports a wrong command id (see `Held`).
-        EventReq {
-            system: "block",
-            event: "block_rq_complete",
-            required: false,
-            hint: "CONFIG_EVENT_TRACING (every distribution kernel has it)",
-        },
-    ],
-    columns: &[
-        "start_time",
-        "start_ns",
-        "ctrl",
-        "disk",
-        "qid",
-        "cid",
-        "nsid",
-        "opcode",
-        "slba",
-        "bytes",
-        "lba_size",
-        "size_class",
-        "blk_to_driver_ns",
-        "driver_ns",
-        "total_ns",
-        "nvme_status",
-        "retries",
-        "status",
-    ],
-    group_columns: &["ctrl", "nsid", "opcode", "size_class"],
-    stages: &["blk_to_driver_ns", "driver_ns", "total_ns"],
-};
-
-/// Which commands a run keeps; the same rules are also put into the kernel filters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CmdSelect {
-    /// Host: controller instance (`nvme<N>`); target: cntlid.
-    pub ctrl: Option<u32>,
-    pub qid: Option<u32>,
-    pub nsid: Option<u32>,
-    /// Keep admin queue (qid 0) commands; they are skipped by default.
-    pub admin: bool,
-}
-
-impl CmdSelect {
-    /// The ftrace filter for a command event (`nvme_setup_cmd`, `nvmet_req_init`).
-    pub fn cmd_filter(&self) -> Option<String> {
-        self.filter(true)
-    }
-
-    /// The ftrace filter for a completion event: it has no nsid, so that part stays
-    /// in user space (the correlator ignores completions of unselected namespaces).
-    pub fn done_filter(&self) -> Option<String> {
-        self.filter(false)
-    }
-
-    fn filter(&self, with_nsid: bool) -> Option<String> {
-        let mut parts = Vec::new();
-        if let Some(c) = self.ctrl {
-            parts.push(format!("ctrl_id == {c}"));
-        }
-        match self.qid {
-            Some(q) => parts.push(format!("qid == {q}")),
-            None if !self.admin => parts.push("qid != 0".to_string()),
-            None => {}
-        }
-        if let (true, Some(n)) = (with_nsid, self.nsid) {
-            parts.push(format!("nsid == {n}"));
-        }
-        (!parts.is_empty()).then(|| parts.join(" && "))
-    }
-
-    fn keeps_queue(&self, ctrl: u32, qid: u32) -> bool {
-        (self.admin || qid != 0)
-            && self.ctrl.is_none_or(|c| c == ctrl)
-            && self.qid.is_none_or(|q| q == qid)
-    }
-}
-
-/// Options shared by the nvme and nvmet correlators.
-#[derive(Debug, Clone)]
-pub struct NvmeConfig {
-    pub select: CmdSelect,
-    /// LBA size per disk (`nvme0n1`) or device path (`/dev/nullb0`), from sysfs.
-    /// Missing disks use [`DEFAULT_LBA_SIZE`].
-    pub lba_sizes: HashMap<String, u32>,
-    /// Disk name → kernel dev_t, to find a command's block events (nvme profile only).
-    pub disk_devs: HashMap<String, u32>,
-    /// In-flight commands kept at most; beyond it the oldest are given up.
-    pub max_in_flight: usize,
-}
-
-impl Default for NvmeConfig {
-    fn default() -> Self {
-        NvmeConfig {
-            select: CmdSelect::default(),
-            lba_sizes: HashMap::new(),
-            disk_devs: HashMap::new(),
-            max_in_flight: 1 << 20,
-        }
-    }
-}
-
-/// One command as both profiles report it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CmdCore {
-    /// When the command was submitted (setup / req_init), recording clock.
-    pub submit_ns: u64,
-    pub ctrl_id: u32,
-    pub disk: DiskName,
-    pub qid: u32,
-    pub cid: u16,
-    pub nsid: u32,
-    pub opcode: u8,
-    pub fctype: u8,
-    pub slba: Option<u64>,
-    /// Bytes transferred: (NLB + 1) × LBA size; 0 for flush; `None` when the command's
-    /// dwords do not say (dsm, admin).
-    pub bytes: Option<u64>,
-    pub lba_size: u32,
-    /// Submission → completion.
-    pub cmd_ns: Option<u64>,
-    /// `None` while incomplete.
-    pub nvme_status: Option<u16>,
-    pub retries: Option<u8>,
-    pub status: Status,
-}
-
-impl CmdCore {
-    pub(crate) fn opcode_label(&self) -> std::borrow::Cow<'static, str> {
-        match crate::decode::nvme::opcode_name(self.qid, self.opcode, self.fctype) {
-            Some(n) => n.into(),
-            None => format!("0x{:02x}", self.opcode).into(),
-        }
-    }
-
-    pub(crate) fn size_label(&self) -> &'static str {
-        self.bytes.map_or("", size_class)
-    }
-
-    /// Cells from `qid` to `size_class` (shared by both profiles' column lists).
-    pub(crate) fn command_cells(&self, out: &mut dyn FnMut(Cell<'_>)) {
-        out(Cell::U64(self.qid as u64));
-        out(Cell::U64(self.cid as u64));
-        out(Cell::U64(self.nsid as u64));
-        out(Cell::Str(&self.opcode_label()));
-        out(self.slba.into());
-        out(self.bytes.into());
-        out(Cell::U64(self.lba_size as u64));
-        out(Cell::Str(self.size_label()));
-    }
-
-    pub(crate) fn status_cell(&self, out: &mut dyn FnMut(Cell<'_>)) {
-        match self.nvme_status {
-            Some(s) => out(Cell::Str(&format!("{s:#x}"))),
-            None => out(Cell::Empty),
-        }
-    }
-
-    pub(crate) fn group_key(&self) -> u64 {
-        let mut h = FxHasher::default();
-        h.write_u32(self.ctrl_id);
-        h.write_u32(self.nsid);
-        h.write_u8(self.opcode);
-        h.write_u8(self.fctype);
-        h.write_u8((self.qid == 0) as u8);
-        h.write(self.size_label().as_bytes());
-        h.finish()
-    }
-
-    pub(crate) fn group_labels(&self, ctrl: String) -> Vec<String> {
-        vec![
-            ctrl,
-            self.nsid.to_string(),
-            self.opcode_label().into_owned(),
-            self.size_label().to_string(),
-        ]
-    }
-}
-
-/// One host NVMe command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NvmeRecord {
-    pub core: CmdCore,
-    /// First block event of the request (bio queued or request inserted), when traced
-    /// and found.
-    pub block_ns: Option<u64>,
-}
-
-impl NvmeRecord {
-    pub fn blk_to_driver_ns(&self) -> Option<u64> {
-        self.block_ns.map(|b| self.core.submit_ns.saturating_sub(b))
-    }
-
-    pub fn total_ns(&self) -> Option<u64> {
-        match (self.block_ns, self.core.cmd_ns) {
-            (Some(b), Some(c)) => Some(self.core.submit_ns.saturating_add(c).saturating_sub(b)),
-            _ => None,
-        }
-    }
-}
-
-impl IoRecord for NvmeRecord {
-    /// The first block event when it was joined, else the driver's setup.
-    fn start_ns(&self) -> u64 {
-        self.block_ns.unwrap_or(self.core.submit_ns)
-    }
-
-    fn cells(&self, out: &mut dyn FnMut(Cell<'_>)) {
-        let c = &self.core;
-        out(Cell::Str(&format!("nvme{}", c.ctrl_id)));
-        out(Cell::Str(c.disk.as_str()));
-        c.command_cells(out);
-        out(self.blk_to_driver_ns().into());
-        out(c.cmd_ns.into());
-        out(self.total_ns().into());
-        c.status_cell(out);
-        out(c.retries.map(u64::from).into());
-        out(Cell::Str(c.status.as_str()));
-    }
-
-    fn group_key(&self) -> u64 {
-        self.core.group_key()
-    }
-
-    fn group_labels(&self) -> Vec<String> {
-        self.core.group_labels(format!("nvme{}", self.core.ctrl_id))
-    }
-
-    fn stage(&self, i: usize) -> Option<u64> {
-        match i {
-            0 => self.blk_to_driver_ns(),
-            1 => self.core.cmd_ns,
-            2 => self.total_ns(),
-            _ => None,
-        }
-    }
-
-    fn status(&self) -> Status {
-        self.core.status
-    }
-}
-
-/// A submitted command waiting for its completion.
+/// A command in flight at a (dev, sector).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Pending {
-    pub(crate) submit: u64,
-    pub(crate) cmd: NvmeCmd,
-    pub(crate) block: Option<u64>,
-    pub(crate) lba_size: u32,
+struct AtSector {
+    t: u64,
+    key: Key,
 }
 
-impl Pending {
-    pub(crate) fn key(&self) -> Key {
-        (self.cmd.ctrl_id, self.cmd.qid, self.cmd.cid)
-    }
-}
-
-/// (controller, qid, cid): unique among the commands in flight.
-pub(crate) type Key = (u32, u32, u16);
-
-/// What a completion's key found.
-pub(crate) enum Claim {
-    /// Not selected (--ctrl, --qid, admin queue): not ours to count.
-    Ignored,
-    Found(Pending),
-    Missing,
-}
-
-/// What the tracker hands back: a command that completed (with its completion) or was
-/// given up (`None`).
-pub(crate) type Finished = (Pending, Option<(u64, NvmeDone)>);
-
-/// The command/completion matching both profiles use.
-pub(crate) struct CmdTracker {
-    pub(crate) cfg: NvmeConfig,
-    pending: FxMap<Key, Pending>,
-    /// Disks of selected commands: with `--nsid`, a completion on another disk belongs
-    /// to an unselected namespace (completions carry no nsid) and is not "unmatched".
-    nsid_disks: Vec<DiskName>,
-    lba_cache: FxMap<DiskName, u32>,
-    pub(crate) counters: Counters,
-    /// Target only: match a completion to a command recorded with ctrl_id 0 (see
-    /// `complete`). Never on the host, where controller instance 0 is `nvme0`.
-    pub(crate) ctrl0_fallback: bool,
-}
-
-impl CmdTracker {
-    pub(crate) fn new(cfg: NvmeConfig) -> CmdTracker {
-        CmdTracker {
-            cfg,
-            pending: FxMap::default(),
-            nsid_disks: Vec::new(),
-            lba_cache: FxMap::default(),
-            counters: Counters::default(),
-            ctrl0_fallback: false,
-        }
-    }
-
-    /// The LBA size of a disk or device path, from the config (sysfs), else the default.
-    pub(crate) fn lba_size(&mut self, disk: &DiskName) -> u32 {
-        if let Some(s) = self.lba_cache.get(disk) {
-            return *s;
-        }
-        let name = disk.as_str();
-        let sizes = &self.cfg.lba_sizes;
-        let s = sizes
-            .get(name)
-            .or_else(|| name.strip_prefix("/dev/").and_then(|n| sizes.get(n)))
-            .copied()
-            .unwrap_or(DEFAULT_LBA_SIZE);
-        self.lba_cache.insert(*disk, s);
-        s
-    }
-
-    /// A submitted command; `block` is its first block event when the caller found one.
-    pub(crate) fn submit(
-        &mut self,
-        t: u64,
-        cmd: &NvmeCmd,
-        block: Option<u64>,
-        out: &mut dyn FnMut(Finished),
-    ) {
-        let key = (cmd.ctrl_id, cmd.qid, cmd.cid);
-        let p = Pending {
-            submit: t,
-            cmd: *cmd,
-            block,
-            lba_size: self.lba_size(&cmd.disk),
-        };
-        if let Some(old) = self.pending.insert(key, p) {
-            // The same command id started again while we still held the previous
-            // command: its completion was lost (or never traced). Give the old one up
-            // so each row stays one command, and count why.
-            self.counters.requeued += 1;
-            self.counters.incomplete += 1;
-            out((old, None));
-        } else if self.pending.len() > self.cfg.max_in_flight {
-            self.evict(out);
-        }
-        self.counters.in_flight = self.pending.len() as u64;
-    }
-
-    /// Whether a command passes the selection (and learn its disk for completions).
-    pub(crate) fn selected(&mut self, cmd: &NvmeCmd) -> bool {
-        if !self.cfg.select.keeps_queue(cmd.ctrl_id, cmd.qid) {
-            return false;
-        }
-        if let Some(n) = self.cfg.select.nsid {
-            if cmd.nsid != n {
-                return false;
-            }
-            if !self.nsid_disks.contains(&cmd.disk) {
-                self.nsid_disks.push(cmd.disk);
-            }
-        }
-        true
-    }
-
-    pub(crate) fn complete(&mut self, t: u64, done: &NvmeDone, out: &mut dyn FnMut(Finished)) {
-        match self.claim(done) {
-            Claim::Found(p) => out((p, Some((t, *done)))),
-            Claim::Missing => self.unmatched(done),
-            Claim::Ignored => {}
-        }
-    }
-
-    /// Take the command a completion belongs to, by its key.
-    pub(crate) fn claim(&mut self, done: &NvmeDone) -> Claim {
-        if !self.cfg.select.keeps_queue(done.ctrl_id, done.qid) {
-            return Claim::Ignored;
-        }
-        let key = (done.ctrl_id, done.qid, done.cid);
-        let mut found = self.pending.remove(&key);
-        if found.is_none() && self.ctrl0_fallback && done.ctrl_id != 0 {
-            // The target records ctrl_id 0 at req_init for commands that arrive before
-            // the association exists (connect) and the new cntlid at completion.
-            found = self.pending.remove(&(0, done.qid, done.cid));
-        }
-        self.counters.in_flight = self.pending.len() as u64;
-        found.map_or(Claim::Missing, Claim::Found)
-    }
-
-    /// Take a command by its key (a completion matched another way).
-    pub(crate) fn take(&mut self, key: Key) -> Option<Pending> {
-        let p = self.pending.remove(&key);
-        self.counters.in_flight = self.pending.len() as u64;
-        p
-    }
-
-    /// Put back a command taken by a completion that turned out not to be its own.
-    pub(crate) fn restore(&mut self, p: Pending) {
-        self.pending.insert(p.key(), p);
-        self.counters.in_flight = self.pending.len() as u64;
-    }
-
-    /// A completion no command was found for.
-    pub(crate) fn unmatched(&mut self, done: &NvmeDone) {
-        // With --nsid, a completion on another disk belongs to an unselected namespace.
-        let other_ns = self.cfg.select.nsid.is_some() && !self.nsid_disks.contains(&done.disk);
-        if !other_ns {
-            self.counters.unmatched += 1;
-        }
-    }
-
-    /// Give up the oldest quarter of the commands in flight, so memory stays bounded
-    /// and eviction is amortised over many submissions.
-    fn evict(&mut self, out: &mut dyn FnMut(Finished)) {
-        let mut starts: Vec<u64> = self.pending.values().map(|p| p.submit).collect();
-        let idx = starts.len() / 4;
-        let (_, cut, _) = starts.select_nth_unstable(idx);
-        let cut = *cut;
-        let mut old: Vec<(Key, Pending)> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| p.submit <= cut)
-            .map(|(k, p)| (*k, *p))
-            .collect();
-        old.sort_by_key(|(_, p)| p.submit);
-        for (k, p) in old {
-            self.pending.remove(&k);
-            self.counters.incomplete += 1;
-            out((p, None));
-        }
-    }
-
-    /// Give up everything in flight (end of run), oldest first.
-    pub(crate) fn finish(&mut self, out: &mut dyn FnMut(Finished)) {
-        let mut left: Vec<Pending> = self.pending.drain().map(|(_, p)| p).collect();
-        left.sort_by_key(|p| p.submit);
-        for p in left {
-            self.counters.incomplete += 1;
-            out((p, None));
-        }
-        self.counters.in_flight = 0;
-    }
-
-    #[cfg(test)]
-    pub(crate) fn in_flight(&self) -> usize {
-        self.pending.len()
-    }
-
-    /// The record fields both profiles share.
-    pub(crate) fn core(p: &Pending, done: Option<(u64, NvmeDone)>) -> CmdCore {
-        let c = &p.cmd;
-        let lba_size = p.lba_size;
-        let (slba, bytes) = match c.lba_range() {
-            Some((slba, blocks)) => (Some(slba), Some(blocks as u64 * lba_size as u64)),
-            // Flush moves no data; other commands' sizes are not in their dwords.
-            None if c.qid != 0 && c.opcode == 0x00 => (None, Some(0)),
-            None => (None, None),
-        };
-        let (cmd_ns, nvme_status, retries, status) = match done {
-            Some((t, d)) => (
-                Some(t.saturating_sub(p.submit)),
-                Some(d.status),
-                Some(d.retries),
-                if d.status == 0 {
-                    Status::Ok
-                } else {
-                    Status::Error
-                },
-            ),
-            None => (None, None, None, Status::Incomplete),
-        };
-        CmdCore {
-            submit_ns: p.submit,
-            ctrl_id: c.ctrl_id,
-            disk: c.disk,
-            qid: c.qid,
-            cid: c.cid,
-            nsid: c.nsid,
-            opcode: c.opcode,
-            fctype: c.fctype,
-            slba,
-            bytes,
-            lba_size,
-            cmd_ns,
-            nvme_status,
-            retries,
-            status,
-        }
-    }
-}
-
-/// Block events waiting for their command, by (dev, sector). Not I/Os of their own:
-/// an entry that never meets a command (a bio merged into another request, a split
-/// bio's tail, another disk's I/O) only means an empty `blk_to_driver_ns`.
-struct BlockStarts {
-    map: FxMap<(u32, u64), (u64, BlockKind)>,
-    max: usize,
-}
-
-impl BlockStarts {
-    fn on_block(&mut self, t: u64, e: &BlockEvent) {
-        // Flushes carry no sector range, and nvme flush commands no SLBA to join on.
-        if e.nr_sector == 0 || !matches!(e.kind, BlockKind::BioQueue | BlockKind::Insert) {
-            return;
-        }
-        let key = (e.dev, e.sector);
-        match self.map.get(&key) {
-            // The request of a bio already queued: the bio is the earlier start.
-            Some((_, BlockKind::BioQueue)) if e.kind == BlockKind::Insert => return,
-            _ => {}
-        }
-        if self.map.len() >= self.max {
-            self.trim();
-        }
-        self.map.insert(key, (t, e.kind));
-    }
-
-    /// Drop the older half: stale entries are the ones that never met a command.
-    fn trim(&mut self) {
-        let mut times: Vec<u64> = self.map.values().map(|(t, _)| *t).collect();
-        let idx = times.len() / 2;
-        let (_, cut, _) = times.select_nth_unstable(idx);
-        let cut = *cut;
-        self.map.retain(|_, (t, _)| *t > cut);
-    }
-
-    fn take(&mut self, dev: u32, sector: u64, not_after: u64) -> Option<u64> {
-        let (t, _) = self.map.remove(&(dev, sector))?;
-        (t <= not_after).then_some(t)
+impl Started for AtSector {
+    fn started(&self) -> u64 {
+        self.t
     }
 }
 
@@ -594,12 +44,13 @@ struct Held {
 
 pub struct NvmeCorrelator {
     tracker: CmdTracker,
-    blocks: BlockStarts,
+    blocks: BioJoin,
     /// dev_t of the disks whose block events are joined.
     devs: Vec<u32>,
     dev_cache: FxMap<DiskName, Option<u32>>,
-    /// (dev, sector) of the commands in flight that have one, for `Held`.
-    by_sector: FxMap<(u32, u64), Key>,
+    /// (dev, sector) of the commands in flight that have one, for `Held`; several
+    /// commands may share one (a hot block).
+    by_sector: Inflight<(u32, u64), AtSector>,
     /// Per CPU: the completion waiting for its block completion.
     held: Vec<Option<Held>>,
     /// Reused between events so that handing records out allocates nothing.
@@ -609,16 +60,13 @@ pub struct NvmeCorrelator {
 impl NvmeCorrelator {
     pub fn new(cfg: NvmeConfig) -> NvmeCorrelator {
         let devs = cfg.disk_devs.values().copied().collect();
-        let max = cfg.max_in_flight.clamp(1024, 1 << 20);
+        let max = cfg.max_in_flight.clamp(1024, DEFAULT_MAX);
         NvmeCorrelator {
             tracker: CmdTracker::new(cfg),
-            blocks: BlockStarts {
-                map: FxMap::default(),
-                max,
-            },
+            blocks: BioJoin::new(max),
             devs,
             dev_cache: FxMap::default(),
-            by_sector: FxMap::default(),
+            by_sector: Inflight::new(max),
             held: Vec::new(),
             fin: Vec::new(),
         }
@@ -648,9 +96,15 @@ impl NvmeCorrelator {
         }
         let lba_size = self.tracker.lba_size(&cmd.disk);
         let place = self.place(cmd, lba_size);
-        let block = place.and_then(|(dev, sector)| self.blocks.take(dev, sector, t));
+        let block = place
+            .and_then(|(dev, sector)| self.blocks.claim(dev, sector, t))
+            .map(|c| c.t);
         if let Some(pl) = place {
-            self.by_sector.insert(pl, (cmd.ctrl_id, cmd.qid, cmd.cid));
+            let at = AtSector {
+                t,
+                key: (cmd.ctrl_id, cmd.qid, cmd.cid),
+            };
+            self.by_sector.push(pl, at, &mut |_, _| {});
         }
         let mut fin = std::mem::take(&mut self.fin);
         self.tracker.submit(t, cmd, block, &mut |f| fin.push(f));
@@ -701,11 +155,11 @@ impl NvmeCorrelator {
                 return;
             }
         }
+        let queue = (h.done.ctrl_id, h.done.qid);
         let real = self
             .by_sector
-            .get(&here)
-            .copied()
-            .filter(|k| (k.0, k.1) == (h.done.ctrl_id, h.done.qid))
+            .find_mut(&here, |a| (a.key.0, a.key.1) == queue)
+            .map(|a| a.key)
             .and_then(|k| self.tracker.take(k));
         match real {
             Some(p) => {
@@ -744,9 +198,8 @@ impl NvmeCorrelator {
     /// The record of a command that left the in-flight map.
     fn finish_one(&mut self, (p, done): Finished) -> NvmeRecord {
         if let Some(pl) = self.place(&p.cmd, p.lba_size) {
-            if self.by_sector.get(&pl) == Some(&p.key()) {
-                self.by_sector.remove(&pl);
-            }
+            let key = p.key();
+            self.by_sector.take_where(&pl, |a| a.key == key);
         }
         NvmeRecord {
             core: CmdTracker::core(&p, done),
@@ -756,19 +209,24 @@ impl NvmeCorrelator {
 }
 
 impl Correlator for NvmeCorrelator {
+    type Event = HostEvent;
     type Record = NvmeRecord;
 
-    fn info(&self) -> &'static ProfileInfo {
-        &INFO
-    }
-
-    fn on_event(&mut self, ev: &Event, out: &mut dyn FnMut(NvmeRecord)) {
+    fn on_event(&mut self, ev: &Event<HostEvent>, out: &mut dyn FnMut(NvmeRecord)) {
         match &ev.kind {
-            EventKind::Nvme(NvmeEvent::Cmd(c)) => self.on_cmd(ev.time, c, out),
-            EventKind::Nvme(NvmeEvent::Done(d)) => self.on_done(ev.time, ev.cpu, d, out),
-            EventKind::Block(b) if self.devs.contains(&b.dev) => match b.kind {
+            HostEvent::Nvme(NvmeEvent::Cmd(c)) => self.on_cmd(ev.time, c, out),
+            HostEvent::Nvme(NvmeEvent::Done(d)) => self.on_done(ev.time, ev.cpu, d, out),
+            HostEvent::Block(b) if self.devs.contains(&b.dev) => match b.kind {
                 BlockKind::Complete => self.on_block_complete(ev.cpu, b, out),
-                _ => self.blocks.on_block(ev.time, b),
+                // Flushes carry no sector range, and nvme flush commands no SLBA.
+                BlockKind::BioQueue if b.nr_sector > 0 => {
+                    self.blocks.start(ev.time, b.dev, b.sector, StartKind::Bio)
+                }
+                BlockKind::Insert if b.nr_sector > 0 => {
+                    self.blocks
+                        .start(ev.time, b.dev, b.sector, StartKind::Insert)
+                }
+                _ => {}
             },
             _ => {}
         }
@@ -792,34 +250,23 @@ impl Correlator for NvmeCorrelator {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::correlate::Status;
     use crate::decode::Decoder;
     use crate::order::Sorter;
+    use crate::profile::nvme::cmd::CmdSelect;
+    use crate::profile::nvme::events::layout;
+    use crate::record::IoRecord;
     use crate::synth::RecordBuilder;
+    use crate::testutil::{cells, labels};
     use crate::tracefs::{EventFormat, Tracefs};
 
     /// The formats captured from the 6.1 guest of the VM rig (tests/vm), checked in
     /// under `tracefs/<uname -r>/`: samples are laid out exactly as that kernel does.
     pub(crate) fn guest_tracefs() -> Tracefs {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tracefs");
-        let mut dirs: Vec<_> = std::fs::read_dir(&root)
-            .map(|rd| rd.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        dirs.sort();
-        let dir = dirs
-            .into_iter()
-            .find(|d| {
-                d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("6.1."))
-                    && d.join("events/nvme/nvme_setup_cmd/format").is_file()
-                    && d.join("events/nvmet/nvmet_req_init/format").is_file()
-            })
-            .unwrap_or_else(|| {
-                panic!(
-                    "no 6.1 guest formats with nvme and nvmet events under {}: capture them with \
-                     tests/vm/run.sh tests/vm/guest/capture-formats.sh OUT and copy OUT/tracefs/* there",
-                    root.display()
-                )
-            });
-        Tracefs::at(&dir).unwrap()
+        crate::testutil::captured_tracefs(
+            &["nvme/nvme_setup_cmd", "nvmet/nvmet_req_init"],
+            "nvme and nvmet events (tests/vm/run.sh tests/vm/guest/capture-formats.sh OUT)",
+        )
     }
 
     pub(crate) const NVME_DEV: u32 = 259 << 20;
@@ -830,7 +277,7 @@ pub(crate) mod tests {
         pub(crate) bio: EventFormat,
         pub(crate) insert: EventFormat,
         pub(crate) complete: EventFormat,
-        pub(crate) decoder: Decoder,
+        pub(crate) decoder: Decoder<HostEvent>,
     }
 
     pub(crate) fn formats() -> Formats {
@@ -843,7 +290,7 @@ pub(crate) mod tests {
             ("block", "block_rq_insert"),
             ("block", "block_rq_complete"),
         ] {
-            decoder.add(&tfs, s, e).unwrap();
+            decoder.add(&tfs, s, e, layout).unwrap();
         }
         Formats {
             setup: tfs.event("nvme", "nvme_setup_cmd").unwrap(),
@@ -1046,19 +493,6 @@ pub(crate) mod tests {
         (out, c.counters())
     }
 
-    fn cells(r: &dyn IoRecord) -> Vec<String> {
-        let mut v = Vec::new();
-        r.cells(&mut |c| {
-            v.push(match c {
-                Cell::U64(x) => x.to_string(),
-                Cell::I64(x) => x.to_string(),
-                Cell::Str(s) => s.to_string(),
-                Cell::Empty => String::new(),
-            })
-        });
-        v
-    }
-
     #[test]
     fn real_6_1_layouts_have_the_expected_field_types() {
         let f = formats();
@@ -1105,8 +539,8 @@ pub(crate) mod tests {
                 "8000", "8700", "0x0", "0", "ok"
             ]
         );
-        assert_eq!(cells(r).len() + 2, INFO.columns.len());
-        assert_eq!(r.group_labels(), ["nvme0", "1", "read", "<=4k"]);
+        assert_eq!(cells(r).len() + 2, r.schema().columns.len());
+        assert_eq!(labels(r), ["nvme0", "1", "read", "<=4k"]);
     }
 
     #[test]
@@ -1353,7 +787,10 @@ pub(crate) mod tests {
     #[test]
     fn kernel_filters() {
         assert_eq!(
-            CmdSelect::default().cmd_filter().as_deref(),
+            CmdSelect::default()
+                .cmd_filter()
+                .map(|f| f.render())
+                .as_deref(),
             Some("qid != 0")
         );
         let all = CmdSelect {
@@ -1367,15 +804,21 @@ pub(crate) mod tests {
             ..Default::default()
         };
         assert_eq!(
-            s.cmd_filter().as_deref(),
+            s.cmd_filter().map(|f| f.render()).as_deref(),
             Some("ctrl_id == 0 && qid != 0 && nsid == 1")
         );
-        assert_eq!(s.done_filter().as_deref(), Some("ctrl_id == 0 && qid != 0"));
+        assert_eq!(
+            s.done_filter().map(|f| f.render()).as_deref(),
+            Some("ctrl_id == 0 && qid != 0")
+        );
         let q = CmdSelect {
             qid: Some(3),
             ..Default::default()
         };
-        assert_eq!(q.cmd_filter().as_deref(), Some("qid == 3"));
+        assert_eq!(
+            q.cmd_filter().map(|f| f.render()).as_deref(),
+            Some("qid == 3")
+        );
     }
 
     #[test]
@@ -1423,9 +866,8 @@ pub(crate) mod tests {
             ],
         );
         assert_eq!(r.len(), 1);
-        let mut n = 0;
-        r[0].cells(&mut |_| n += 1);
-        assert_eq!(n + 2, INFO.columns.len());
+        let n = cells(&r[0]).len();
+        assert_eq!(n + 2, r[0].schema().columns.len());
     }
 
     #[test]

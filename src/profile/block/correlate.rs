@@ -1,110 +1,32 @@
-//! The block profile: `block_rq_insert` → `block_rq_issue` → `block_rq_complete`,
-//! keyed by (device, sector).
+//! The block profile's correlator: `block_rq_insert` → `block_rq_issue` →
+//! `block_rq_complete` (plus `block_rq_requeue` when present), keyed by
+//! (device, sector).
+//!
+//! # Pairing rule
+//! The block tracepoints carry no request identity, so two requests to the same
+//! (device, sector) in flight at once (a hot block: journals, metadata, a database
+//! page) cannot be told apart by their events. Every request is kept, in arrival
+//! order per key:
+//! - an insert starts a new request, unless a request of that key was requeued and
+//!   waits for its re-insert;
+//! - an issue goes to the oldest request of the key not yet issued (inserted, or
+//!   requeued), else starts a new one (issued directly, no scheduler);
+//! - a requeue sends the oldest issued request of the key back to "not issued";
+//! - a completion goes to the request of the key issued first (FIFO by issue): the
+//!   device may complete them in another order, and then the two latencies are
+//!   swapped, never lost or invented. How many requests shared the key at that moment
+//!   is counted ([`Counters::ambiguous`]): one means the pairing was certain.
+//!
+//! A partial completion (fewer sectors than issued) moves the request on to the next
+//! sector, where the rest completes.
 
-use super::{Cell, Correlator, Counters, EventReq, FxMap, IoRecord, ProfileInfo, Status};
-use crate::decode::block::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
-use crate::decode::{Event, EventKind};
+use super::events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
+use super::record::BlockRecord;
+use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
+use crate::correlate::{Correlator, Counters, FxMap, Status};
+use crate::decode::Event;
 use std::collections::HashMap;
-
-pub static INFO: ProfileInfo = ProfileInfo {
-    name: "block",
-    about: "block layer requests on any disk: queue (insert) → dispatch (issue) → complete",
-    events: &[
-        EventReq {
-            system: "block",
-            event: "block_rq_insert",
-            required: true,
-            hint:
-                "CONFIG_BLK_DEV_IO_TRACE / CONFIG_EVENT_TRACING (every distribution kernel has it)",
-        },
-        EventReq {
-            system: "block",
-            event: "block_rq_issue",
-            required: true,
-            hint: "CONFIG_EVENT_TRACING (every distribution kernel has it)",
-        },
-        EventReq {
-            system: "block",
-            event: "block_rq_complete",
-            required: true,
-            hint: "CONFIG_EVENT_TRACING (every distribution kernel has it)",
-        },
-    ],
-    columns: &[
-        "start_time",
-        "start_ns",
-        "device",
-        "dev",
-        "op",
-        "sector",
-        "bytes",
-        "q2d_ns",
-        "d2c_ns",
-        "q2c_ns",
-        "error",
-        "status",
-    ],
-    group_columns: &["device", "op"],
-    stages: &["q2d_ns", "d2c_ns", "q2c_ns"],
-};
-
-/// One block I/O.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockRecord {
-    pub start_ns: u64,
-    pub dev: u32,
-    /// Device name (`loop0`), or `major:minor` when it could not be resolved.
-    pub device: std::sync::Arc<str>,
-    pub op: Op,
-    pub sector: u64,
-    pub bytes: u64,
-    pub q2d_ns: Option<u64>,
-    pub d2c_ns: Option<u64>,
-    pub q2c_ns: Option<u64>,
-    pub error: i32,
-    pub status: Status,
-}
-
-impl IoRecord for BlockRecord {
-    fn start_ns(&self) -> u64 {
-        self.start_ns
-    }
-
-    fn cells(&self, out: &mut dyn FnMut(Cell<'_>)) {
-        let dev = format!("{}:{}", dev_major(self.dev), dev_minor(self.dev));
-        out(Cell::Str(&self.device));
-        out(Cell::Str(&dev));
-        out(Cell::Str(self.op.as_str()));
-        out(Cell::U64(self.sector));
-        out(Cell::U64(self.bytes));
-        out(self.q2d_ns.into());
-        out(self.d2c_ns.into());
-        out(self.q2c_ns.into());
-        out(Cell::I64(self.error as i64));
-        out(Cell::Str(self.status.as_str()));
-    }
-
-    fn group_key(&self) -> u64 {
-        ((self.dev as u64) << 8) | self.op as u64
-    }
-
-    fn group_labels(&self) -> Vec<String> {
-        vec![self.device.to_string(), self.op.as_str().to_string()]
-    }
-
-    fn stage(&self, i: usize) -> Option<u64> {
-        match i {
-            0 => self.q2d_ns,
-            1 => self.d2c_ns,
-            2 => self.q2c_ns,
-            _ => None,
-        }
-    }
-
-    fn status(&self) -> Status {
-        self.status
-    }
-}
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy)]
 struct Pending {
@@ -112,6 +34,8 @@ struct Pending {
     first: u64,
     insert: Option<u64>,
     issue: Option<u64>,
+    /// Given back by the driver; its next insert is not a new request.
+    requeued: bool,
     /// Sector where the request started (the key moves on partial completions).
     sector: u64,
     op: Op,
@@ -120,8 +44,8 @@ struct Pending {
     remaining: u32,
 }
 
-impl Pending {
-    fn start(&self) -> u64 {
+impl Started for Pending {
+    fn started(&self) -> u64 {
         self.first
     }
 }
@@ -142,15 +66,17 @@ impl Default for BlockConfig {
         BlockConfig {
             devices: Vec::new(),
             names: HashMap::new(),
-            max_in_flight: 1 << 20,
+            max_in_flight: DEFAULT_MAX,
         }
     }
 }
 
+type Key = (u32, u64);
+
 pub struct BlockCorrelator {
     cfg: BlockConfig,
-    pending: FxMap<(u32, u64), Pending>,
-    names: FxMap<u32, std::sync::Arc<str>>,
+    pending: Inflight<Key, Pending>,
+    names: FxMap<u32, Arc<str>>,
     counters: Counters,
 }
 
@@ -159,17 +85,17 @@ impl BlockCorrelator {
         let names = cfg
             .names
             .iter()
-            .map(|(d, n)| (*d, std::sync::Arc::from(n.as_str())))
+            .map(|(d, n)| (*d, Arc::from(n.as_str())))
             .collect();
         BlockCorrelator {
+            pending: Inflight::new(cfg.max_in_flight),
             cfg,
-            pending: FxMap::default(),
             names,
             counters: Counters::default(),
         }
     }
 
-    fn name(&mut self, dev: u32) -> std::sync::Arc<str> {
+    fn name(&mut self, dev: u32) -> Arc<str> {
         self.names
             .entry(dev)
             .or_insert_with(|| format!("{}:{}", dev_major(dev), dev_minor(dev)).into())
@@ -177,7 +103,7 @@ impl BlockCorrelator {
     }
 
     fn record(&mut self, dev: u32, p: &Pending, done: Option<(u64, i32)>) -> BlockRecord {
-        let start = p.start();
+        let start = p.first;
         let (d2c, q2c, error, status) = match done {
             Some((t, err)) => (
                 p.issue.map(|i| t.saturating_sub(i)),
@@ -210,71 +136,67 @@ impl BlockCorrelator {
             return;
         }
         let key = (e.dev, e.sector);
+        let fresh = |insert: Option<u64>, issue: Option<u64>| Pending {
+            first: t,
+            insert,
+            issue,
+            requeued: false,
+            sector: e.sector,
+            op: e.op,
+            bytes: e.bytes as u64,
+            remaining: e.nr_sector,
+        };
         match e.kind {
             // Bios are not requests; this profile does not open the event.
             BlockKind::BioQueue => return,
             BlockKind::Insert => {
-                if let Some(p) = self.pending.get_mut(&key) {
-                    // Inserted again: a requeue. Keep the first start, wait for a new issue.
-                    if p.issue.take().is_some() {
-                        self.counters.requeued += 1;
-                    }
+                if let Some(p) = self
+                    .pending
+                    .find_mut(&key, |p| p.requeued && p.issue.is_none())
+                {
+                    // The re-insert of a requeued request: keep its first start.
                     p.insert = Some(p.insert.map_or(t, |q| q.min(t)));
                 } else {
-                    self.add(
-                        key,
-                        Pending {
-                            first: t,
-                            insert: Some(t),
-                            issue: None,
-                            sector: e.sector,
-                            op: e.op,
-                            bytes: e.bytes as u64,
-                            remaining: e.nr_sector,
-                        },
-                        t,
-                        out,
-                    );
+                    self.add(key, fresh(Some(t), None), out);
                 }
             }
             BlockKind::Issue => {
-                if let Some(p) = self.pending.get_mut(&key) {
-                    if p.issue.is_some() {
-                        self.counters.requeued += 1;
-                    }
+                if let Some(p) = self.pending.find_mut(&key, |p| p.issue.is_none()) {
                     p.issue = Some(t);
                     // The issue carries the final size (merges happen before dispatch).
                     p.bytes = e.bytes as u64;
                     p.remaining = e.nr_sector;
                     p.op = e.op;
                 } else {
-                    self.add(
-                        key,
-                        Pending {
-                            first: t,
-                            insert: None,
-                            issue: Some(t),
-                            sector: e.sector,
-                            op: e.op,
-                            bytes: e.bytes as u64,
-                            remaining: e.nr_sector,
-                        },
-                        t,
-                        out,
-                    );
+                    self.add(key, fresh(None, Some(t)), out);
+                }
+            }
+            BlockKind::Requeue => {
+                if let Some(p) = self.pending.find_mut(&key, |p| p.issue.is_some()) {
+                    p.issue = None;
+                    p.requeued = true;
+                    self.counters.requeued += 1;
                 }
             }
             BlockKind::Complete => {
-                let Some(mut p) = self.pending.remove(&key) else {
+                let first_issue = self.first_issued(&key);
+                let taken = match first_issue {
+                    Some(i) => self.pending.take_where(&key, |p| p.issue == Some(i)),
+                    // Completed without a traced issue (tracing began mid-way).
+                    None => self.pending.take(&key),
+                };
+                let Some((mut p, held)) = taken else {
                     self.counters.unmatched += 1;
                     return;
                 };
+                if held > 1 {
+                    self.counters.ambiguous += 1;
+                }
                 if e.nr_sector > 0 && e.nr_sector < p.remaining && e.error == 0 {
                     // Partial completion: the rest completes later at the next sector.
                     self.counters.partial += 1;
                     p.remaining -= e.nr_sector;
-                    self.pending
-                        .insert((e.dev, e.sector + e.nr_sector as u64), p);
+                    self.add((e.dev, e.sector + e.nr_sector as u64), p, out);
                     return;
                 }
                 let r = self.record(e.dev, &p, Some((t, e.error)));
@@ -284,29 +206,22 @@ impl BlockCorrelator {
         self.counters.in_flight = self.pending.len() as u64;
     }
 
-    fn add(&mut self, key: (u32, u64), p: Pending, now: u64, out: &mut dyn FnMut(BlockRecord)) {
-        if self.pending.len() >= self.cfg.max_in_flight {
-            self.evict(now, out);
-        }
-        self.pending.insert(key, p);
+    /// The earliest issue time among the issued requests of `key`.
+    fn first_issued(&mut self, key: &Key) -> Option<u64> {
+        let mut first: Option<u64> = None;
+        self.pending.find_mut(key, |p| {
+            if let Some(i) = p.issue {
+                first = Some(first.map_or(i, |f| f.min(i)));
+            }
+            false
+        });
+        first
     }
 
-    /// Give up the oldest quarter of the in-flight requests, so memory stays bounded
-    /// and eviction is amortised over many inserts.
-    fn evict(&mut self, _now: u64, out: &mut dyn FnMut(BlockRecord)) {
-        let mut starts: Vec<u64> = self.pending.values().map(Pending::start).collect();
-        let cut_idx = starts.len() / 4;
-        let (_, cut, _) = starts.select_nth_unstable(cut_idx);
-        let cut = *cut;
-        let mut old: Vec<((u32, u64), Pending)> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| p.start() <= cut)
-            .map(|(k, p)| (*k, *p))
-            .collect();
-        old.sort_by_key(|(_, p)| p.start());
+    fn add(&mut self, key: Key, p: Pending, out: &mut dyn FnMut(BlockRecord)) {
+        let mut old = Vec::new();
+        self.pending.push(key, p, &mut |k, p| old.push((k, p)));
         for (k, p) in old {
-            self.pending.remove(&k);
             self.counters.incomplete += 1;
             let r = self.record(k.0, &p, None);
             out(r);
@@ -315,21 +230,16 @@ impl BlockCorrelator {
 }
 
 impl Correlator for BlockCorrelator {
+    type Event = BlockEvent;
     type Record = BlockRecord;
 
-    fn info(&self) -> &'static ProfileInfo {
-        &INFO
-    }
-
-    fn on_event(&mut self, ev: &Event, out: &mut dyn FnMut(BlockRecord)) {
-        if let EventKind::Block(b) = &ev.kind {
-            self.on_block(ev.time, b, out);
-        }
+    fn on_event(&mut self, ev: &Event<BlockEvent>, out: &mut dyn FnMut(BlockRecord)) {
+        self.on_block(ev.time, &ev.kind, out);
     }
 
     fn finish(&mut self, out: &mut dyn FnMut(BlockRecord)) {
-        let mut left: Vec<((u32, u64), Pending)> = self.pending.drain().collect();
-        left.sort_by_key(|(_, p)| p.start());
+        let mut left = Vec::new();
+        self.pending.drain_all(&mut |k, p| left.push((k, p)));
         for (k, p) in left {
             self.counters.incomplete += 1;
             let r = self.record(k.0, &p, None);
@@ -346,17 +256,20 @@ impl Correlator for BlockCorrelator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::block::kernel_dev;
+    use crate::profile::block::events::kernel_dev;
+    use crate::record::{IoRecord, Value};
 
-    fn ev(time: u64, kind: BlockKind, sector: u64, nr: u32, op: Op) -> Event {
+    type Ev = Event<BlockEvent>;
+
+    fn ev(time: u64, kind: BlockKind, sector: u64, nr: u32, op: Op) -> Ev {
         ev_err(time, kind, sector, nr, op, 0)
     }
 
-    fn ev_err(time: u64, kind: BlockKind, sector: u64, nr: u32, op: Op, error: i32) -> Event {
+    fn ev_err(time: u64, kind: BlockKind, sector: u64, nr: u32, op: Op, error: i32) -> Ev {
         Event {
             time,
             cpu: 0,
-            kind: EventKind::Block(BlockEvent {
+            kind: BlockEvent {
                 kind,
                 dev: kernel_dev(7, 0),
                 sector,
@@ -368,11 +281,11 @@ mod tests {
                 },
                 op,
                 error,
-            }),
+            },
         }
     }
 
-    fn run(events: &[Event], max: usize) -> (Vec<BlockRecord>, Counters) {
+    fn run(events: &[Ev], max: usize) -> (Vec<BlockRecord>, Counters) {
         let mut c = BlockCorrelator::new(BlockConfig {
             max_in_flight: max,
             ..Default::default()
@@ -425,9 +338,12 @@ mod tests {
             (r[0].q2d_ns, r[0].d2c_ns, r[0].q2c_ns),
             (None, Some(20), Some(20))
         );
-        let mut cells = Vec::new();
-        r[0].cells(&mut |c| cells.push(format!("{c:?}")));
-        assert_eq!(cells[5], "Empty", "q2d must be an empty cell, not 0");
+        let q2d = r[0].schema().position("q2d_ns").unwrap();
+        assert_eq!(
+            r[0].value(q2d),
+            Value::Empty,
+            "q2d must be an empty cell, not 0"
+        );
     }
 
     #[test]
@@ -440,6 +356,7 @@ mod tests {
                 ev(20, Complete, 100, 8, Op::Read), // first half
                 ev(30, Complete, 108, 8, Op::Read), // second half
                 ev(40, Issue, 200, 8, Op::Write),
+                ev(44, Requeue, 200, 8, Op::Write),
                 ev(45, Insert, 200, 8, Op::Write), // requeued
                 ev(50, Issue, 200, 8, Op::Write),
                 ev(70, Complete, 200, 8, Op::Write),
@@ -469,7 +386,7 @@ mod tests {
     #[test]
     fn memory_is_bounded_by_evicting_the_oldest() {
         use BlockKind::*;
-        let events: Vec<Event> = (0..100).map(|i| ev(i, Issue, i * 8, 8, Op::Read)).collect();
+        let events: Vec<Ev> = (0..100).map(|i| ev(i, Issue, i * 8, 8, Op::Read)).collect();
         let mut c = BlockCorrelator::new(BlockConfig {
             max_in_flight: 10,
             ..Default::default()

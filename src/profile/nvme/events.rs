@@ -4,7 +4,8 @@
 //! decoded command and completion, opcode names, and the slba/length read from the
 //! command dwords. Pure decoding: no sysfs (the LBA size is the correlator's business).
 
-use super::{DecodeError, FieldReader, Want};
+use crate::decode::{unknown, DecodeError, FieldReader, Layout, Want};
+use crate::profile::block::events::{BlockEvent, BlockLayout};
 use crate::tracefs::EventFormat;
 
 /// `DISK_NAME_LEN`: the size of the `disk` char array of the nvme and nvmet events.
@@ -205,7 +206,7 @@ pub fn opcode_name(qid: u32, opcode: u8, fctype: u8) -> Option<&'static str> {
 /// The layout of a command event (`nvme_setup_cmd`, `nvmet_req_init`): the same field
 /// names in both, at different offsets and with different integer sizes.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct CmdLayout {
+pub struct CmdLayout {
     event: &'static str,
     ctrl_id: FieldReader,
     qid: FieldReader,
@@ -220,7 +221,7 @@ pub(crate) struct CmdLayout {
 }
 
 impl CmdLayout {
-    pub(crate) fn bind(fmt: &EventFormat, event: &'static str) -> Result<CmdLayout, DecodeError> {
+    pub fn bind(fmt: &EventFormat, event: &'static str) -> Result<CmdLayout, DecodeError> {
         let int = |name| FieldReader::bind(fmt, event, name, Want::Int);
         let ctrl_id = int("ctrl_id")?;
         let qid = int("qid")?;
@@ -252,7 +253,7 @@ impl CmdLayout {
     }
 
     #[inline]
-    pub(crate) fn decode(&self, raw: &[u8]) -> Result<NvmeCmd, DecodeError> {
+    pub fn decode(&self, raw: &[u8]) -> Result<NvmeCmd, DecodeError> {
         if raw.len() < self.need {
             return Err(DecodeError::Truncated {
                 event: self.event,
@@ -282,7 +283,7 @@ impl CmdLayout {
 
 /// The layout of a completion event (`nvme_complete_rq`, `nvmet_req_complete`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct DoneLayout {
+pub struct DoneLayout {
     event: &'static str,
     ctrl_id: FieldReader,
     qid: FieldReader,
@@ -295,7 +296,7 @@ pub(crate) struct DoneLayout {
 }
 
 impl DoneLayout {
-    pub(crate) fn bind(fmt: &EventFormat, event: &'static str) -> Result<DoneLayout, DecodeError> {
+    pub fn bind(fmt: &EventFormat, event: &'static str) -> Result<DoneLayout, DecodeError> {
         let int = |name| FieldReader::bind(fmt, event, name, Want::Int);
         let ctrl_id = int("ctrl_id")?;
         let qid = int("qid")?;
@@ -333,7 +334,7 @@ impl DoneLayout {
     }
 
     #[inline]
-    pub(crate) fn decode(&self, raw: &[u8]) -> Result<NvmeDone, DecodeError> {
+    pub fn decode(&self, raw: &[u8]) -> Result<NvmeDone, DecodeError> {
         if raw.len() < self.need {
             return Err(DecodeError::Truncated {
                 event: self.event,
@@ -353,34 +354,35 @@ impl DoneLayout {
     }
 }
 
-/// The host driver's two events.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum NvmeLayout {
-    Setup(CmdLayout),
-    Complete(DoneLayout),
+/// What the nvme profile decodes: the host driver's events and the block events of
+/// the same requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostEvent {
+    Nvme(NvmeEvent),
+    Block(BlockEvent),
 }
 
-impl NvmeLayout {
-    /// `None` for an `nvme` event ntprof-perf does not decode.
-    pub(crate) fn bind(fmt: &EventFormat, event: &str) -> Option<Result<NvmeLayout, DecodeError>> {
-        match event {
-            "nvme_setup_cmd" => {
-                Some(CmdLayout::bind(fmt, "nvme:nvme_setup_cmd").map(NvmeLayout::Setup))
-            }
-            "nvme_complete_rq" => {
-                Some(DoneLayout::bind(fmt, "nvme:nvme_complete_rq").map(NvmeLayout::Complete))
-            }
-            _ => None,
+/// The layout of one event the nvme profile opens.
+pub fn layout(
+    fmt: &EventFormat,
+    system: &str,
+    event: &str,
+) -> Result<Box<dyn Layout<HostEvent>>, DecodeError> {
+    Ok(match (system, event) {
+        ("nvme", "nvme_setup_cmd") => {
+            let l = CmdLayout::bind(fmt, "nvme:nvme_setup_cmd")?;
+            Box::new(move |raw: &[u8]| l.decode(raw).map(|c| HostEvent::Nvme(NvmeEvent::Cmd(c))))
         }
-    }
-
-    #[inline]
-    pub(crate) fn decode(&self, raw: &[u8]) -> Result<NvmeEvent, DecodeError> {
-        match self {
-            NvmeLayout::Setup(l) => l.decode(raw).map(NvmeEvent::Cmd),
-            NvmeLayout::Complete(l) => l.decode(raw).map(NvmeEvent::Done),
+        ("nvme", "nvme_complete_rq") => {
+            let l = DoneLayout::bind(fmt, "nvme:nvme_complete_rq")?;
+            Box::new(move |raw: &[u8]| l.decode(raw).map(|d| HostEvent::Nvme(NvmeEvent::Done(d))))
         }
-    }
+        ("block", e) => {
+            let l = BlockLayout::for_event(fmt, e)?;
+            Box::new(move |raw: &[u8]| l.decode(raw).map(HostEvent::Block))
+        }
+        _ => return Err(unknown(system, event)),
+    })
 }
 
 #[cfg(test)]

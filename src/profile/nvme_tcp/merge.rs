@@ -11,8 +11,9 @@
 //! (among pairs allowed by the wall clocks the recordings noted, ± `max_skew_ns`) is
 //! taken. Pure: rows in, rows out; reading and writing files is the caller's.
 
-use super::nvme_tcp::{fits, TcpRecord};
-use super::FxMap;
+use super::model::{fits, TcpRecord};
+use crate::correlate::FxMap;
+use crate::sink::time::parse_utc;
 
 /// A row of an nvme-tcp CSV: the record plus its two time columns as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,28 +34,6 @@ pub struct MergeStats {
     /// Intervals that agreed with the offset, of those considered.
     pub agreeing: u64,
     pub considered: u64,
-}
-
-/// `YYYY-MM-DD HH:MM:SS.nnnnnnnnn` (UTC, as `sink::time::format_utc` writes) to ns
-/// since the epoch.
-pub fn parse_utc(s: &str) -> Option<i128> {
-    let (date, time) = s.split_once(' ')?;
-    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
-    let (y, m, dd) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.splitn(3, ':').map(|x| x.parse::<i64>().ok());
-    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    let nanos: i64 = format!("{frac:0<9}").get(..9)?.parse().ok()?;
-    // Days from civil (H. Hinnant), the inverse of `sink::time`'s conversion.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + dd - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
-    Some(secs as i128 * 1_000_000_000 + nanos as i128)
 }
 
 /// realtime − monotonic of the recording, from any row's two time columns.
@@ -194,22 +173,4 @@ pub fn merge(rows: Vec<Row>, max_skew_ns: u64) -> (Vec<Row>, MergeStats) {
     }
     out.sort_by_key(|r| r.start_ns);
     (out, st)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sink::time::format_utc;
-
-    #[test]
-    fn utc_round_trip() {
-        for ns in [0i128, 1_795_219_200_000_000_001, 951_827_696_500_000_000] {
-            assert_eq!(parse_utc(&format_utc(ns)), Some(ns));
-        }
-        assert_eq!(
-            parse_utc("2026-11-21 14:00:00"),
-            Some(1_795_269_600_000_000_000)
-        );
-        assert_eq!(parse_utc("nonsense"), None);
-    }
 }

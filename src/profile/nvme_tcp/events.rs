@@ -7,8 +7,9 @@
 //! kernel whose entry lacks a field the correlator relies on fails at bind time,
 //! naming the event and the field.
 
-use super::nvme::DiskName;
-use super::{DecodeError, FieldReader, Want};
+use crate::decode::{unknown, DecodeError, FieldReader, Layout, Want};
+use crate::profile::block::events::{BlockEvent, BlockLayout};
+use crate::profile::nvme::events::DiskName;
 use crate::tracefs::EventFormat;
 
 /// Host (`nvme_tcp`) event kinds, in the order one I/O usually fires them.
@@ -288,7 +289,7 @@ enum Which {
 
 /// The bound layout of one `nvme_tcp` or `nvmet_tcp` event.
 #[derive(Debug, Clone)]
-pub(crate) struct TcpLayout {
+pub struct TcpLayout {
     which: Which,
     /// (value index, field) of each bound field: boxed so a decoder slot stays small.
     fields: Box<[(u8, FieldReader)]>,
@@ -298,7 +299,7 @@ pub(crate) struct TcpLayout {
 
 impl TcpLayout {
     /// `None` for an event of these systems that ntprof-perf does not decode.
-    pub(crate) fn bind(
+    pub fn bind(
         fmt: &EventFormat,
         system: &str,
         event: &str,
@@ -343,7 +344,7 @@ impl TcpLayout {
     }
 
     #[inline]
-    pub(crate) fn decode(&self, raw: &[u8]) -> Result<TcpEvent, DecodeError> {
+    pub fn decode(&self, raw: &[u8]) -> Result<TcpEvent, DecodeError> {
         let name = match self.which {
             Which::Host(k) => k.event_name(),
             Which::Target(k) => k.event_name(),
@@ -432,10 +433,40 @@ pub enum TcpEvent {
     Target(TargetEvent),
 }
 
+/// What the nvme-tcp profile decodes: both sides' events and the host's block events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvmeTcpEvent {
+    Tcp(TcpEvent),
+    Block(BlockEvent),
+}
+
+/// The layout of one event the nvme-tcp profile opens.
+pub fn layout(
+    fmt: &EventFormat,
+    system: &str,
+    event: &str,
+) -> Result<Box<dyn Layout<NvmeTcpEvent>>, DecodeError> {
+    if system == "block" {
+        let l = BlockLayout::for_event(fmt, event)?;
+        return Ok(Box::new(move |raw: &[u8]| {
+            l.decode(raw).map(NvmeTcpEvent::Block)
+        }));
+    }
+    match TcpLayout::bind(fmt, system, event) {
+        Some(l) => {
+            let l = l?;
+            Ok(Box::new(move |raw: &[u8]| {
+                l.decode(raw).map(NvmeTcpEvent::Tcp)
+            }))
+        }
+        None => Err(unknown(system, event)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::{Decoder, EventKind};
+    use crate::decode::Decoder;
     use crate::synth::RecordBuilder;
     use crate::tracefs::{parse_format, Tracefs};
 
@@ -453,7 +484,7 @@ mod tests {
             let mut n = 0;
             for e in std::fs::read_dir(dir).unwrap().flatten() {
                 let ev = e.file_name().to_string_lossy().into_owned();
-                d.add(&t, sys, &ev)
+                d.add(&t, sys, &ev, layout)
                     .unwrap_or_else(|e| panic!("{sys}:{ev}: {e}"));
                 n += 1;
             }
@@ -477,7 +508,7 @@ mod tests {
             .bytes("disk", b"nvme3n1")
             .build();
         let ev = d.decode(&raw, 99, 1).unwrap().unwrap();
-        let EventKind::NvmeTcp(TcpEvent::Host(h)) = ev.kind else {
+        let NvmeTcpEvent::Tcp(TcpEvent::Host(h)) = ev.kind else {
             panic!("{ev:?}")
         };
         assert_eq!(
@@ -502,7 +533,7 @@ mod tests {
             .int("status", 0x4002)
             .int("len", 131072)
             .build();
-        let EventKind::NvmeTcp(TcpEvent::Target(e)) = d.decode(&raw, 1, 0).unwrap().unwrap().kind
+        let NvmeTcpEvent::Tcp(TcpEvent::Target(e)) = d.decode(&raw, 1, 0).unwrap().unwrap().kind
         else {
             panic!()
         };
@@ -527,7 +558,7 @@ mod tests {
             .int("data_len", 8192)
             .int("flags", 0x0c)
             .build();
-        let EventKind::NvmeTcp(TcpEvent::Host(h)) = d.decode(&raw, 1, 0).unwrap().unwrap().kind
+        let NvmeTcpEvent::Tcp(TcpEvent::Host(h)) = d.decode(&raw, 1, 0).unwrap().unwrap().kind
         else {
             panic!()
         };

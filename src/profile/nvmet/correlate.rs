@@ -1,48 +1,14 @@
-//! The nvmet profile: target `nvmet_req_init` → `nvmet_req_complete`, keyed by
-//! (cntlid, qid, cid): how long each command stays in the target.
+//! The nvmet profile's correlator and record: target `nvmet_req_init` →
+//! `nvmet_req_complete`, keyed by (cntlid, qid, cid): how long each command stays in
+//! the target.
 
-use super::nvme::{CmdCore, CmdTracker, Finished, NvmeConfig};
-use super::{Cell, Correlator, Counters, EventReq, IoRecord, ProfileInfo, Status};
-use crate::decode::nvme::NvmeEvent;
-use crate::decode::{Event, EventKind};
-
-pub static INFO: ProfileInfo = ProfileInfo {
-    name: "nvmet",
-    about: "NVMe target (nvmet, any transport): command received → completion posted",
-    events: &[
-        EventReq {
-            system: "nvmet",
-            event: "nvmet_req_init",
-            required: true,
-            hint: "CONFIG_NVME_TARGET with a transport (modprobe nvmet nvmet-tcp)",
-        },
-        EventReq {
-            system: "nvmet",
-            event: "nvmet_req_complete",
-            required: true,
-            hint: "CONFIG_NVME_TARGET with a transport (modprobe nvmet nvmet-tcp)",
-        },
-    ],
-    columns: &[
-        "start_time",
-        "start_ns",
-        "cntlid",
-        "device",
-        "qid",
-        "cid",
-        "nsid",
-        "opcode",
-        "slba",
-        "bytes",
-        "lba_size",
-        "size_class",
-        "target_ns",
-        "nvme_status",
-        "status",
-    ],
-    group_columns: &["cntlid", "nsid", "opcode", "size_class"],
-    stages: &["target_ns"],
-};
+use crate::correlate::{Correlator, Counters, Status};
+use crate::decode::Event;
+use crate::profile::nvme::cmd::{CmdCore, CmdTracker, Finished, NvmeConfig};
+use crate::profile::nvme::events::NvmeEvent;
+use crate::profile::nvme::record::{core_columns, nvme_status_column, opt, status_column, HasCore};
+use crate::record::{schema_cell, Column, Kind, Role, Schema, Tabled, Value};
+use std::sync::OnceLock;
 
 /// One command as the target saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,37 +17,68 @@ pub struct NvmetRecord {
     pub core: CmdCore,
 }
 
-impl IoRecord for NvmetRecord {
-    fn start_ns(&self) -> u64 {
+impl HasCore for NvmetRecord {
+    fn core(&self) -> &CmdCore {
+        &self.core
+    }
+}
+
+const CORE: [Column<NvmetRecord>; 8] = core_columns::<NvmetRecord>();
+
+static COLUMNS: &[Column<NvmetRecord>] = &[
+    Column {
+        name: "start_time",
+        role: Role::StartTime,
+        kind: Kind::Timestamp,
+        get: |r| Value::Time(r.core.submit_ns),
+    },
+    Column {
+        name: "start_ns",
+        role: Role::Value,
+        kind: Kind::U64,
+        get: |r| Value::U64(r.core.submit_ns),
+    },
+    Column {
+        name: "cntlid",
+        role: Role::Label,
+        kind: Kind::U64,
+        get: |r| Value::U64(r.core.ctrl_id as u64),
+    },
+    Column {
+        name: "device",
+        role: Role::Value,
+        kind: Kind::Text,
+        get: |r| Value::Str(r.core.disk.as_str()),
+    },
+    CORE[0],
+    CORE[1],
+    CORE[2],
+    CORE[3],
+    CORE[4],
+    CORE[5],
+    CORE[6],
+    CORE[7],
+    Column {
+        name: "target_ns",
+        role: Role::Stage,
+        kind: Kind::U64,
+        get: |r| opt(r.core.cmd_ns),
+    },
+    nvme_status_column(),
+    status_column(),
+];
+
+impl Tabled for NvmetRecord {
+    const PROFILE: &'static str = "nvmet";
+    const COLUMNS: &'static [Column<Self>] = COLUMNS;
+    fn table() -> &'static Schema {
+        static S: OnceLock<Schema> = OnceLock::new();
+        schema_cell::<Self>(&S)
+    }
+    fn first_ns(&self) -> u64 {
         self.core.submit_ns
     }
-
-    fn cells(&self, out: &mut dyn FnMut(Cell<'_>)) {
-        let c = &self.core;
-        out(Cell::U64(c.ctrl_id as u64));
-        out(Cell::Str(c.disk.as_str()));
-        c.command_cells(out);
-        out(c.cmd_ns.into());
-        c.status_cell(out);
-        out(Cell::Str(c.status.as_str()));
-    }
-
-    fn group_key(&self) -> u64 {
-        self.core.group_key()
-    }
-
-    fn group_labels(&self) -> Vec<String> {
-        self.core.group_labels(self.core.ctrl_id.to_string())
-    }
-
-    fn stage(&self, i: usize) -> Option<u64> {
-        match i {
-            0 => self.core.cmd_ns,
-            _ => None,
-        }
-    }
-
-    fn status(&self) -> Status {
+    fn outcome(&self) -> Status {
         self.core.status
     }
 }
@@ -106,16 +103,11 @@ impl NvmetCorrelator {
 }
 
 impl Correlator for NvmetCorrelator {
+    type Event = NvmeEvent;
     type Record = NvmetRecord;
 
-    fn info(&self) -> &'static ProfileInfo {
-        &INFO
-    }
-
-    fn on_event(&mut self, ev: &Event, out: &mut dyn FnMut(NvmetRecord)) {
-        let EventKind::Nvmet(e) = &ev.kind else {
-            return;
-        };
+    fn on_event(&mut self, ev: &Event<NvmeEvent>, out: &mut dyn FnMut(NvmetRecord)) {
+        let e = &ev.kind;
         let tracker = &mut self.tracker;
         match e {
             NvmeEvent::Cmd(c) => {
@@ -138,24 +130,31 @@ impl Correlator for NvmetCorrelator {
 
 #[cfg(test)]
 mod tests {
-    use super::super::nvme::tests::{guest_tracefs, rw_dwords};
-    use super::super::nvme::CmdSelect;
     use super::*;
     use crate::decode::Decoder;
+    use crate::profile::nvme::cmd::CmdSelect;
+    use crate::profile::nvme::correlate::tests::{guest_tracefs, rw_dwords};
+    use crate::profile::nvmet::events::layout;
+    use crate::record::IoRecord;
     use crate::synth::RecordBuilder;
+    use crate::testutil::{cells, labels};
     use crate::tracefs::EventFormat;
 
     struct F {
         init: EventFormat,
         done: EventFormat,
-        decoder: Decoder,
+        decoder: Decoder<NvmeEvent>,
     }
 
     fn formats() -> F {
         let tfs = guest_tracefs();
         let mut decoder = Decoder::new();
-        decoder.add(&tfs, "nvmet", "nvmet_req_init").unwrap();
-        decoder.add(&tfs, "nvmet", "nvmet_req_complete").unwrap();
+        decoder
+            .add(&tfs, "nvmet", "nvmet_req_init", layout)
+            .unwrap();
+        decoder
+            .add(&tfs, "nvmet", "nvmet_req_complete", layout)
+            .unwrap();
         F {
             init: tfs.event("nvmet", "nvmet_req_init").unwrap(),
             done: tfs.event("nvmet", "nvmet_req_complete").unwrap(),
@@ -199,19 +198,6 @@ mod tests {
         }
         c.finish(&mut |r| out.push(r));
         (out, c.counters())
-    }
-
-    fn cells(r: &NvmetRecord) -> Vec<String> {
-        let mut v = Vec::new();
-        r.cells(&mut |c| {
-            v.push(match c {
-                Cell::U64(x) => x.to_string(),
-                Cell::I64(x) => x.to_string(),
-                Cell::Str(s) => s.to_string(),
-                Cell::Empty => String::new(),
-            })
-        });
-        v
     }
 
     fn cfg() -> NvmeConfig {
@@ -268,14 +254,14 @@ mod tests {
                 "ok"
             ]
         );
-        assert_eq!(cells(&r[0]).len() + 2, INFO.columns.len());
+        assert_eq!(cells(&r[0]).len() + 2, r[0].schema().columns.len());
         assert_eq!(r[0].start_ns(), 100);
         assert_eq!(
             cells(&r[1])[5..],
             ["write", "0", "131072", "512", "<=128k", "750", "0x280", "error"]
         );
         assert_eq!(r[1].status(), Status::Error);
-        assert_eq!(r[1].group_labels(), ["1", "1", "write", "<=128k"]);
+        assert_eq!(labels(&r[1]), ["1", "1", "write", "<=128k"]);
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! Block layer request events: `block_rq_insert`, `block_rq_issue`, `block_rq_complete`.
+//! Block layer request events: `block_rq_insert`, `block_rq_issue`, `block_rq_requeue`,
+//! `block_rq_complete`, and `block_bio_queue`. The nvme and nvme-tcp profiles decode
+//! them too, through [`BlockLayout`].
 
-use super::{DecodeError, FieldReader, Want};
+use crate::decode::{DecodeError, FieldReader, Want};
 use crate::tracefs::EventFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -10,6 +12,8 @@ pub enum BlockKind {
     BioQueue,
     Insert,
     Issue,
+    /// The driver gave a dispatched request back (busy): it will be issued again.
+    Requeue,
     Complete,
 }
 
@@ -19,6 +23,7 @@ impl BlockKind {
             "block_bio_queue" => Some(BlockKind::BioQueue),
             "block_rq_insert" => Some(BlockKind::Insert),
             "block_rq_issue" => Some(BlockKind::Issue),
+            "block_rq_requeue" => Some(BlockKind::Requeue),
             "block_rq_complete" => Some(BlockKind::Complete),
             _ => None,
         }
@@ -29,6 +34,7 @@ impl BlockKind {
             BlockKind::BioQueue => "block:block_bio_queue",
             BlockKind::Insert => "block:block_rq_insert",
             BlockKind::Issue => "block:block_rq_issue",
+            BlockKind::Requeue => "block:block_rq_requeue",
             BlockKind::Complete => "block:block_rq_complete",
         }
     }
@@ -96,7 +102,7 @@ pub struct BlockEvent {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct BlockLayout {
+pub struct BlockLayout {
     kind: BlockKind,
     dev: FieldReader,
     sector: FieldReader,
@@ -108,7 +114,7 @@ pub(crate) struct BlockLayout {
 }
 
 impl BlockLayout {
-    pub(crate) fn bind(fmt: &EventFormat, kind: BlockKind) -> Result<BlockLayout, DecodeError> {
+    pub fn bind(fmt: &EventFormat, kind: BlockKind) -> Result<BlockLayout, DecodeError> {
         let ev = kind.event_name();
         let dev = FieldReader::bind(fmt, ev, "dev", Want::Int)?;
         let sector = FieldReader::bind(fmt, ev, "sector", Want::Int)?;
@@ -141,8 +147,16 @@ impl BlockLayout {
         })
     }
 
+    /// Bind a `block:<event>` by name (`None` for an event this module does not know).
+    pub fn for_event(fmt: &EventFormat, event: &str) -> Result<BlockLayout, DecodeError> {
+        match BlockKind::from_event(event) {
+            Some(kind) => BlockLayout::bind(fmt, kind),
+            None => Err(crate::decode::unknown("block", event)),
+        }
+    }
+
     #[inline]
-    pub(crate) fn decode(&self, raw: &[u8]) -> Result<BlockEvent, DecodeError> {
+    pub fn decode(&self, raw: &[u8]) -> Result<BlockEvent, DecodeError> {
         if raw.len() < self.need {
             return Err(DecodeError::Truncated {
                 event: self.kind.event_name(),
@@ -163,18 +177,7 @@ impl BlockLayout {
     }
 }
 
-/// `dev_t` as the kernel encodes it inside trace records.
-pub fn kernel_dev(major: u32, minor: u32) -> u32 {
-    (major << 20) | (minor & 0xfffff)
-}
-
-pub fn dev_major(dev: u32) -> u32 {
-    dev >> 20
-}
-
-pub fn dev_minor(dev: u32) -> u32 {
-    dev & 0xfffff
-}
+pub use crate::device::{dev_major, dev_minor, kernel_dev};
 
 #[cfg(test)]
 mod tests {
@@ -197,12 +200,5 @@ mod tests {
         for o in [Op::Read, Op::Write, Op::Flush, Op::Discard, Op::Other] {
             assert_eq!(Op::parse(o.as_str()), Some(o));
         }
-    }
-
-    #[test]
-    fn dev_encoding() {
-        let d = kernel_dev(7, 3);
-        assert_eq!((dev_major(d), dev_minor(d)), (7, 3));
-        assert_eq!(kernel_dev(259, 0), 259 << 20);
     }
 }

@@ -1,0 +1,163 @@
+//! Typed ftrace filters (`PERF_EVENT_IOC_SET_FILTER`), rendered in the forms the kernel
+//! accepts.
+//!
+//! Why typed: the kernel's filter grammar is narrower than C. `!(cid & 4096)` and
+//! `cid & 4096` are accepted, `(cid & 12288) == 0` is rejected on 6.x; a profile that
+//! builds strings by hand finds out only when `perf_event_open` fails on a customer's
+//! host. Every filter here is made of comparisons and single-bit tests joined by `&&`
+//! and `||`, with parentheses where an `||` group sits inside an `&&`.
+
+use std::fmt;
+
+/// A comparison operator the kernel's filter accepts for integer fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    Eq,
+    Ne,
+}
+
+/// A tracepoint filter expression.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filter {
+    /// `field == value` / `field != value`.
+    Cmp(&'static str, Cmp, u64),
+    /// `!(field & bit)`: the bit is clear. One bit per test: a mask of several bits
+    /// compared to 0 is what the kernel rejects.
+    BitClear(&'static str, u64),
+    All(Vec<Filter>),
+    Any(Vec<Filter>),
+}
+
+impl Filter {
+    pub fn eq(field: &'static str, v: u64) -> Filter {
+        Filter::Cmp(field, Cmp::Eq, v)
+    }
+
+    pub fn ne(field: &'static str, v: u64) -> Filter {
+        Filter::Cmp(field, Cmp::Ne, v)
+    }
+
+    /// `field == a || field == b …` over the sorted, distinct values; `None` for none
+    /// (no restriction).
+    pub fn one_of(field: &'static str, values: &[u64]) -> Option<Filter> {
+        let mut v = values.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        match v.len() {
+            0 => None,
+            1 => Some(Filter::eq(field, v[0])),
+            _ => Some(Filter::Any(
+                v.into_iter().map(|x| Filter::eq(field, x)).collect(),
+            )),
+        }
+    }
+
+    /// Every bit of `mask` clear: keeps 1 in 2^(bits of mask) values whose bits are
+    /// spread evenly. `None` for an empty mask.
+    pub fn bits_clear(field: &'static str, mask: u64) -> Option<Filter> {
+        let parts: Vec<Filter> = (0..64)
+            .filter(|b| mask & (1 << b) != 0)
+            .map(|b| Filter::BitClear(field, 1 << b))
+            .collect();
+        Filter::all(parts)
+    }
+
+    /// The conjunction of the parts; `None` when there are none.
+    pub fn all(parts: impl IntoIterator<Item = Filter>) -> Option<Filter> {
+        let mut v: Vec<Filter> = Vec::new();
+        for p in parts {
+            match p {
+                Filter::All(inner) => v.extend(inner),
+                other => v.push(other),
+            }
+        }
+        match v.len() {
+            0 => None,
+            1 => v.pop(),
+            _ => Some(Filter::All(v)),
+        }
+    }
+
+    /// `self && other`, either side optional.
+    pub fn and(a: Option<Filter>, b: Option<Filter>) -> Option<Filter> {
+        Filter::all(a.into_iter().chain(b))
+    }
+
+    /// The text for `PERF_EVENT_IOC_SET_FILTER`.
+    pub fn render(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Filter::Cmp(field, Cmp::Eq, v) => write!(f, "{field} == {v}"),
+            Filter::Cmp(field, Cmp::Ne, v) => write!(f, "{field} != {v}"),
+            Filter::BitClear(field, bit) => write!(f, "!({field} & {bit})"),
+            Filter::All(parts) => join(f, parts, " && ", true),
+            Filter::Any(parts) => join(f, parts, " || ", false),
+        }
+    }
+}
+
+fn join(f: &mut fmt::Formatter<'_>, parts: &[Filter], sep: &str, and: bool) -> fmt::Result {
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            f.write_str(sep)?;
+        }
+        // `a || b && c` would bind the && first: an `||` group inside `&&` (or an
+        // `&&` group inside `||`) gets parentheses.
+        let wrap = matches!((and, p), (true, Filter::Any(_)) | (false, Filter::All(_)));
+        if wrap {
+            write!(f, "({p})")?;
+        } else {
+            write!(f, "{p}")?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comparisons_and_device_lists() {
+        assert_eq!(Filter::eq("qid", 3).render(), "qid == 3");
+        assert_eq!(Filter::ne("qid", 0).render(), "qid != 0");
+        assert_eq!(Filter::one_of("dev", &[]), None);
+        assert_eq!(Filter::one_of("dev", &[7]).unwrap().render(), "dev == 7");
+        assert_eq!(
+            Filter::one_of("dev", &[9, 7, 9]).unwrap().render(),
+            "dev == 7 || dev == 9"
+        );
+    }
+
+    #[test]
+    fn bit_tests_are_one_bit_each_never_a_mask_compared_to_zero() {
+        assert_eq!(Filter::bits_clear("cid", 0), None);
+        assert_eq!(
+            Filter::bits_clear("cid", 0x1000).unwrap().render(),
+            "!(cid & 4096)"
+        );
+        let r = Filter::bits_clear("sector", 8 | 16 | 32).unwrap().render();
+        assert_eq!(r, "!(sector & 8) && !(sector & 16) && !(sector & 32)");
+        assert!(!r.contains("=="), "{r}");
+    }
+
+    #[test]
+    fn or_groups_inside_and_are_parenthesised() {
+        let devs = Filter::one_of("dev", &[1, 2]);
+        let f = Filter::and(devs, Filter::bits_clear("sector", 8)).unwrap();
+        assert_eq!(f.render(), "(dev == 1 || dev == 2) && !(sector & 8)");
+        let f = Filter::all([
+            Filter::eq("ctrl_id", 1),
+            Filter::ne("qid", 0),
+            Filter::all([Filter::eq("nsid", 2)]).unwrap(),
+        ])
+        .unwrap();
+        assert_eq!(f.render(), "ctrl_id == 1 && qid != 0 && nsid == 2");
+        assert_eq!(Filter::and(None, None), None);
+    }
+}

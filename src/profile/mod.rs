@@ -1,0 +1,344 @@
+//! Profiles as plug-ins: what to trace, how to join it into I/Os, and what a row says.
+//!
+//! A profile is one folder, `profile/<name>/`, holding everything it knows:
+//! - `mod.rs`: the [`Profile`] implementation: its events with the hints `list`
+//!   prints, its flags (clap [`clap::Arg`]s, validated in `plan` into its own
+//!   selection), and its kernel filters (built with [`crate::filter::Filter`]);
+//! - `events.rs`: the fields it binds from the format files and the typed events
+//!   they decode into;
+//! - its correlator ([`crate::correlate::Correlator`]) and its record type with the
+//!   record's column table ([`crate::record::Tabled`]).
+//!
+//! The pipeline, the sinks and the command line are generic: they see a profile only
+//! through this trait, its records only through their column table.
+//!
+//! # Adding a profile
+//! 1. Make `profile/<name>/` with an `events.rs` (layouts: bind each field once with
+//!    [`crate::decode::FieldReader`], decode with offset reads), a correlator, and a
+//!    record type implementing [`crate::record::Tabled`] (one static column table:
+//!    name, role, kind, accessor).
+//! 2. Implement [`Profile`]: `plan` reads its flags from the `ArgMatches`, checks the
+//!    events it needs ([`PlanCtx::require`]), opens them with their filters through a
+//!    [`PlanBuilder`], and hands over its correlator.
+//! 3. Add one line to [`all`].
+//!
+//! `list`, `record`, `stat`, `report` (and any output format) then work unchanged.
+
+// pub mod bio;
+pub mod block;
+pub mod nvme;
+pub mod nvme_tcp;
+pub mod nvmet;
+
+use crate::correlate::Correlator;
+use crate::decode::{DecodeError, Decoder, Layout};
+use crate::device::{DeviceError, SysBlock};
+use crate::filter::Filter;
+use crate::pipeline::{Pipeline, Stages};
+use crate::record::Schema;
+use crate::tracefs::{EventFormat, Tracefs, TracefsError};
+use std::path::PathBuf;
+
+/// Every profile, in the order `list` shows them. The registry: one line per profile.
+pub fn all() -> &'static [&'static dyn Profile] {
+    &[
+        &block::Block,
+        // &bio::Bio,
+        &nvme::Nvme,
+        &nvmet::Nvmet,
+        &nvme_tcp::NvmeTcp,
+    ]
+}
+
+pub fn find(name: &str) -> Option<&'static dyn Profile> {
+    all().iter().copied().find(|p| p.name() == name)
+}
+
+/// The profile whose records have exactly these columns.
+pub fn by_columns(cols: &[&str]) -> Option<&'static dyn Profile> {
+    all()
+        .iter()
+        .copied()
+        .find(|p| p.schema().names().eq(cols.iter().copied()))
+}
+
+/// An event a profile opens; optional ones refine the record when present.
+#[derive(Debug, Clone, Copy)]
+pub struct EventReq {
+    pub system: &'static str,
+    pub event: &'static str,
+    pub required: bool,
+    /// What to do when it is missing (which config option, module, or patch).
+    pub hint: &'static str,
+}
+
+/// Hint for the block events every distribution kernel has.
+pub const BLOCK_HINT: &str = "CONFIG_EVENT_TRACING (every distribution kernel has it)";
+
+/// A profile: see the module doc for the contract.
+pub trait Profile: Sync {
+    fn name(&self) -> &'static str;
+    /// One line for `list` and `--help`.
+    fn about(&self) -> &'static str;
+    fn events(&self) -> &'static [EventReq];
+    /// The record's columns (CSV header, stat groups and stages).
+    fn schema(&self) -> &'static Schema;
+    /// The profile's own flags for `record` and `stat`. Profiles that share a flag
+    /// (same id) must give it the same definition: the command line shows it once.
+    fn args(&self) -> Vec<clap::Arg> {
+        Vec::new()
+    }
+    /// Validate the flags and this host into a run: the events to open with their
+    /// filters, the decoder and the correlator. May refuse (missing events, bad
+    /// flag values); must not open anything.
+    fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError>;
+
+    /// Join recordings of the same I/Os made on two machines (each side records its
+    /// part) into the rows one joint recording has. `None`: this profile's I/O lives
+    /// on one machine.
+    fn merge(
+        &self,
+        _inputs: &[Recording],
+        _max_skew_ns: u64,
+    ) -> Option<Result<Merged, MergeError>> {
+        None
+    }
+}
+
+/// Rows of one recording read back: each row's cells in schema order, with the line
+/// it came from.
+pub struct Recording {
+    pub name: String,
+    pub rows: Vec<(u64, Vec<String>)>,
+}
+
+/// What a merge produced: records with the wall clock of the recording each start
+/// belongs to, and a line saying how it went.
+pub struct Merged {
+    pub rows: Vec<(
+        crate::sink::time::WallClock,
+        Box<dyn crate::record::IoRecord>,
+    )>,
+    pub summary: String,
+    pub warning: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("{file} line {line}: {source}")]
+    Row {
+        file: String,
+        line: u64,
+        source: crate::record::RowError,
+    },
+}
+
+/// Why a profile cannot run as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("profile `{profile}` cannot run on this kernel ({}); missing events:\n{}", root.display(), missing.join("\n"))]
+    MissingEvents {
+        profile: &'static str,
+        root: PathBuf,
+        missing: Vec<String>,
+    },
+    #[error("{flag}: {why}")]
+    Flag { flag: String, why: String },
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
+
+/// Whether one event is available, and if not, why.
+#[derive(Debug, Clone)]
+pub struct EventStatus {
+    pub req: EventReq,
+    pub missing: Option<String>,
+}
+
+/// The per-event availability of a profile on `tfs`.
+pub fn check(p: &dyn Profile, tfs: &Tracefs) -> Vec<EventStatus> {
+    p.events()
+        .iter()
+        .map(|req| {
+            let missing = match tfs.event(req.system, req.event) {
+                Ok(_) => None,
+                Err(TracefsError::MissingEvent { reason, .. }) => {
+                    Some(format!("{reason}; {}", req.hint))
+                }
+                Err(e) => Some(e.to_string()),
+            };
+            EventStatus { req: *req, missing }
+        })
+        .collect()
+}
+
+/// True when every required event is there.
+pub fn supported(status: &[EventStatus]) -> bool {
+    status
+        .iter()
+        .all(|s| !s.req.required || s.missing.is_none())
+}
+
+/// What a profile plans with.
+pub struct PlanCtx<'a> {
+    pub profile: &'static str,
+    pub tfs: &'a Tracefs,
+    /// The `record`/`stat` flags, the profile's own among them.
+    pub args: &'a clap::ArgMatches,
+    pub sys: SysBlock,
+    pub status: Vec<EventStatus>,
+}
+
+impl PlanCtx<'_> {
+    /// Whether `system:event` is available.
+    pub fn has(&self, system: &str, event: &str) -> bool {
+        self.status
+            .iter()
+            .any(|s| s.req.system == system && s.req.event == event && s.missing.is_none())
+    }
+
+    /// Whether every event of `system` the profile lists is available.
+    pub fn has_system(&self, system: &str) -> bool {
+        let mut any = false;
+        for s in self.status.iter().filter(|s| s.req.system == system) {
+            if s.missing.is_some() {
+                return false;
+            }
+            any = true;
+        }
+        any
+    }
+
+    /// Refuse to run when a required event that `applies` is missing, naming each
+    /// with why.
+    pub fn require(&self, applies: impl Fn(&EventReq) -> bool) -> Result<(), PlanError> {
+        self.require_where(|e| e.required && applies(e))
+    }
+
+    fn require_where(&self, applies: impl Fn(&EventReq) -> bool) -> Result<(), PlanError> {
+        let missing: Vec<String> = self
+            .status
+            .iter()
+            .filter(|s| applies(&s.req))
+            .filter_map(|s| {
+                s.missing
+                    .as_ref()
+                    .map(|why| format!("  {}:{}: {why}", s.req.system, s.req.event))
+            })
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(PlanError::MissingEvents {
+            profile: self.profile,
+            root: self.tfs.root().to_path_buf(),
+            missing,
+        })
+    }
+
+    /// Refuse to run when any event of `system` the profile lists is missing,
+    /// optional or not.
+    pub fn require_all_of(&self, system: &str) -> Result<(), PlanError> {
+        self.require_where(|e| e.system == system)
+    }
+
+    /// A flag's value (`None` when not given and without default).
+    pub fn flag<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Option<T> {
+        self.args.try_get_one::<T>(id).ok().flatten().cloned()
+    }
+
+    /// Every value of a repeatable flag.
+    pub fn flags<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Vec<T> {
+        self.args
+            .try_get_many::<T>(id)
+            .ok()
+            .flatten()
+            .map(|v| v.cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn switch(&self, id: &str) -> bool {
+        self.args.try_get_one::<bool>(id).ok().flatten() == Some(&true)
+    }
+}
+
+/// A perf event to open, with its kernel filter.
+#[derive(Debug, Clone)]
+pub struct OpenEvent {
+    pub name: String,
+    pub id: u64,
+    pub filter: Option<Filter>,
+}
+
+/// A profile's run, ready to open: events, and the pipeline that decodes and
+/// correlates them.
+pub struct Plan {
+    pub events: Vec<OpenEvent>,
+    pub stages: Box<dyn Stages>,
+    /// Things the user should know about this run (printed before tracing).
+    pub notes: Vec<String>,
+    /// 1 in N I/Os traced (in-kernel sampling); 1 = all.
+    pub sample: u32,
+}
+
+/// Collects the events a plan opens, binding each one's layout as it goes.
+pub struct PlanBuilder<'t, K> {
+    tfs: &'t Tracefs,
+    decoder: Decoder<K>,
+    events: Vec<OpenEvent>,
+    notes: Vec<String>,
+    sample: u32,
+}
+
+impl<'t, K: 'static> PlanBuilder<'t, K> {
+    pub fn new(tfs: &'t Tracefs) -> Self {
+        PlanBuilder {
+            tfs,
+            decoder: Decoder::new(),
+            events: Vec::new(),
+            notes: Vec::new(),
+            sample: 1,
+        }
+    }
+
+    /// Open `system:event` with `filter`, decoding it with the layout `bind` builds.
+    pub fn open<L: Layout<K> + 'static>(
+        &mut self,
+        system: &str,
+        event: &str,
+        filter: Option<Filter>,
+        bind: impl FnOnce(&EventFormat) -> Result<L, DecodeError>,
+    ) -> Result<(), PlanError> {
+        let b = self.decoder.bind(self.tfs, system, event, bind)?;
+        self.events.push(OpenEvent {
+            name: b.name,
+            id: b.id,
+            filter,
+        });
+        Ok(())
+    }
+
+    pub fn note(&mut self, s: impl Into<String>) {
+        self.notes.push(s.into());
+    }
+
+    pub fn sample(&mut self, n: u32) {
+        self.sample = n;
+    }
+
+    pub fn build<C: Correlator<Event = K> + 'static>(self, corr: C) -> Plan {
+        Plan {
+            events: self.events,
+            stages: Box::new(Pipeline::new(self.decoder, corr)),
+            notes: self.notes,
+            sample: self.sample,
+        }
+    }
+
+    /// The decoder alone (tests and replays drive a [`Pipeline`] themselves).
+    pub fn into_decoder(self) -> Decoder<K> {
+        self.decoder
+    }
+}

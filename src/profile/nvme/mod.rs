@@ -1,0 +1,152 @@
+//! The nvme profile: every NVMe command on the host (PCIe or fabrics driver),
+//! `nvme:nvme_setup_cmd` → `nvme:nvme_complete_rq`, joined with the block events of
+//! the same request for the time before the driver.
+//!
+//! Also what the nvmet and nvme-tcp profiles share with it: the command vocabulary
+//! ([`cmd`], [`events`]) and the command-selection flags ([`selection_args`]).
+
+pub mod cmd;
+pub mod correlate;
+pub mod events;
+pub mod record;
+
+use super::{EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
+use crate::profile::block::dev_filter;
+use crate::record::{Schema, Tabled};
+use cmd::{CmdSelect, NvmeConfig, DEFAULT_LBA_SIZE};
+use correlate::NvmeCorrelator;
+use record::NvmeRecord;
+
+pub struct Nvme;
+
+const HOST_HINT: &str =
+    "CONFIG_BLK_DEV_NVME or CONFIG_NVME_FABRICS host driver loaded (modprobe nvme / nvme-tcp)";
+
+const EVENTS: &[EventReq] = &[
+    EventReq {
+        system: "nvme",
+        event: "nvme_setup_cmd",
+        required: true,
+        hint: HOST_HINT,
+    },
+    EventReq {
+        system: "nvme",
+        event: "nvme_complete_rq",
+        required: true,
+        hint: HOST_HINT,
+    },
+    // Optional: they only add blk_to_driver_ns and total_ns. block_rq_issue is not
+    // opened: every nvme driver calls nvme_setup_cmd before blk_mq_start_request,
+    // so the issue says nothing about the time before the driver.
+    EventReq {
+        system: "block",
+        event: "block_bio_queue",
+        required: false,
+        hint: BLOCK_HINT,
+    },
+    EventReq {
+        system: "block",
+        event: "block_rq_insert",
+        required: false,
+        hint: BLOCK_HINT,
+    },
+    // Optional: checks which request a completion belongs to when the driver
+    // reports a wrong command id (see `correlate::Held`).
+    EventReq {
+        system: "block",
+        event: "block_rq_complete",
+        required: false,
+        hint: BLOCK_HINT,
+    },
+];
+
+/// `--ctrl`, `--nsid`, `--qid`, `--admin`: the flags that select NVMe commands, for
+/// every profile that follows them (the same definition in each).
+pub fn selection_args() -> Vec<clap::Arg> {
+    use clap::{value_parser, Arg, ArgAction};
+    vec![
+        Arg::new("ctrl")
+            .long("ctrl")
+            .value_name("N")
+            .value_parser(value_parser!(u32))
+            .help("nvme, nvmet, nvme-tcp: only this controller (host: N of nvmeN; target: cntlid). Applied in the kernel with a tracepoint filter"),
+        Arg::new("nsid")
+            .long("nsid")
+            .value_name("N")
+            .value_parser(value_parser!(u32))
+            .help("nvme, nvmet: only this namespace id"),
+        Arg::new("qid")
+            .long("qid")
+            .value_name("N")
+            .value_parser(value_parser!(u32))
+            .help("nvme, nvmet, nvme-tcp: only this queue id (0 is the admin queue)"),
+        Arg::new("admin")
+            .long("admin")
+            .action(ArgAction::SetTrue)
+            .help("nvme, nvmet, nvme-tcp: also trace admin queue (qid 0) commands, skipped by default"),
+    ]
+}
+
+impl Profile for Nvme {
+    fn name(&self) -> &'static str {
+        "nvme"
+    }
+
+    fn about(&self) -> &'static str {
+        "NVMe commands on the host (PCIe or fabrics): block layer → driver setup → completion"
+    }
+
+    fn events(&self) -> &'static [EventReq] {
+        EVENTS
+    }
+
+    fn schema(&self) -> &'static Schema {
+        NvmeRecord::table()
+    }
+
+    fn args(&self) -> Vec<clap::Arg> {
+        selection_args()
+    }
+
+    fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {
+        ctx.require(|_| true)?;
+        let select = CmdSelect::from_flags(ctx);
+        let names = ctx.sys.names();
+        let cfg = NvmeConfig {
+            select: select.clone(),
+            lba_sizes: ctx.sys.logical_block_sizes(names.values()),
+            // Host disks only: their block events give the time before the driver.
+            disk_devs: names
+                .iter()
+                .filter(|(_, n)| n.starts_with("nvme"))
+                .map(|(d, n)| (n.clone(), *d))
+                .collect(),
+            ..Default::default()
+        };
+        let mut b = PlanBuilder::new(ctx.tfs);
+        if cfg.disk_devs.is_empty() {
+            b.note(format!(
+                "no nvme disks in /sys/class/block yet: LBA size assumed {DEFAULT_LBA_SIZE} (see the lba_size column), no block-layer stages"
+            ));
+        }
+        // Block events only for the nvme disks known now: unfiltered they would carry
+        // every disk's I/O through the rings for nothing.
+        let disk_devs: Vec<u32> = cfg.disk_devs.values().copied().collect();
+        let block_filter = dev_filter(&disk_devs);
+        for e in EVENTS.iter().filter(|e| ctx.has(e.system, e.event)) {
+            let filter = match e.event {
+                "nvme_setup_cmd" => select.cmd_filter(),
+                "nvme_complete_rq" => select.done_filter(),
+                // No known disk: no block events at all.
+                _ => match &block_filter {
+                    Some(f) => Some(f.clone()),
+                    None => continue,
+                },
+            };
+            b.open(e.system, e.event, filter, |fmt| {
+                events::layout(fmt, e.system, e.event)
+            })?;
+        }
+        Ok(b.build(NvmeCorrelator::new(cfg)))
+    }
+}

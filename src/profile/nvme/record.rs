@@ -1,0 +1,211 @@
+//! The nvme profile's record (one host command) and the columns it shares with the
+//! nvmet profile's record ([`core_columns`]).
+
+use super::cmd::CmdCore;
+use crate::record::{schema_cell, Column, Kind, Role, Schema, Status, Tabled, Value};
+use std::sync::OnceLock;
+
+/// One host NVMe command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmeRecord {
+    pub core: CmdCore,
+    /// First block event of the request (bio queued or request inserted), when traced
+    /// and found.
+    pub block_ns: Option<u64>,
+}
+
+impl NvmeRecord {
+    pub fn blk_to_driver_ns(&self) -> Option<u64> {
+        self.block_ns.map(|b| self.core.submit_ns.saturating_sub(b))
+    }
+
+    pub fn total_ns(&self) -> Option<u64> {
+        match (self.block_ns, self.core.cmd_ns) {
+            (Some(b), Some(c)) => Some(self.core.submit_ns.saturating_add(c).saturating_sub(b)),
+            _ => None,
+        }
+    }
+
+    /// The first block event when it was joined, else the driver's setup.
+    pub fn start(&self) -> u64 {
+        self.block_ns.unwrap_or(self.core.submit_ns)
+    }
+}
+
+/// A record built around a [`CmdCore`].
+pub trait HasCore {
+    fn core(&self) -> &CmdCore;
+}
+
+impl HasCore for NvmeRecord {
+    fn core(&self) -> &CmdCore {
+        &self.core
+    }
+}
+
+pub(crate) fn opt(v: Option<u64>) -> Value<'static> {
+    v.map_or(Value::Empty, Value::U64)
+}
+
+/// The opcode's name (`read`, `write`, `connect`…), else `0xNN`.
+pub(crate) fn opcode_value(c: &CmdCore) -> Value<'static> {
+    match c.opcode_label() {
+        std::borrow::Cow::Borrowed(s) => Value::Str(s),
+        std::borrow::Cow::Owned(s) => Value::String(s),
+    }
+}
+
+/// The columns from `qid` to `size_class`, in that order, for any record with a core.
+pub const fn core_columns<R: HasCore>() -> [Column<R>; 8] {
+    [
+        Column {
+            name: "qid",
+            role: Role::Value,
+            kind: Kind::U64,
+            get: |r| Value::U64(r.core().qid as u64),
+        },
+        Column {
+            name: "cid",
+            role: Role::Value,
+            kind: Kind::U64,
+            get: |r| Value::U64(r.core().cid as u64),
+        },
+        Column {
+            name: "nsid",
+            role: Role::Label,
+            kind: Kind::U64,
+            get: |r| Value::U64(r.core().nsid as u64),
+        },
+        Column {
+            name: "opcode",
+            role: Role::Label,
+            kind: Kind::Text,
+            get: |r| opcode_value(r.core()),
+        },
+        Column {
+            name: "slba",
+            role: Role::Value,
+            kind: Kind::U64,
+            get: |r| opt(r.core().slba),
+        },
+        Column {
+            name: "bytes",
+            role: Role::Value,
+            kind: Kind::U64,
+            get: |r| opt(r.core().bytes),
+        },
+        Column {
+            name: "lba_size",
+            role: Role::Value,
+            kind: Kind::U64,
+            get: |r| Value::U64(r.core().lba_size as u64),
+        },
+        Column {
+            name: "size_class",
+            role: Role::Label,
+            kind: Kind::Text,
+            get: |r| Value::Str(r.core().size_label()),
+        },
+    ]
+}
+
+/// `nvme_status` (hex, empty while incomplete).
+pub const fn nvme_status_column<R: HasCore>() -> Column<R> {
+    Column {
+        name: "nvme_status",
+        role: Role::Value,
+        kind: Kind::Text,
+        get: |r| {
+            r.core()
+                .nvme_status
+                .map_or(Value::Empty, |s| Value::Hex(s as u64))
+        },
+    }
+}
+
+pub const fn status_column<R: HasCore>() -> Column<R> {
+    Column {
+        name: "status",
+        role: Role::Status,
+        kind: Kind::Text,
+        get: |r| Value::Str(r.core().status.as_str()),
+    }
+}
+
+const CORE: [Column<NvmeRecord>; 8] = core_columns::<NvmeRecord>();
+
+static COLUMNS: &[Column<NvmeRecord>] = &[
+    Column {
+        name: "start_time",
+        role: Role::StartTime,
+        kind: Kind::Timestamp,
+        get: |r| Value::Time(r.start()),
+    },
+    Column {
+        name: "start_ns",
+        role: Role::Value,
+        kind: Kind::U64,
+        get: |r| Value::U64(r.start()),
+    },
+    Column {
+        name: "ctrl",
+        role: Role::Label,
+        kind: Kind::Text,
+        get: |r| Value::Named("nvme", r.core.ctrl_id as u64),
+    },
+    Column {
+        name: "disk",
+        role: Role::Value,
+        kind: Kind::Text,
+        get: |r| Value::Str(r.core.disk.as_str()),
+    },
+    CORE[0],
+    CORE[1],
+    CORE[2],
+    CORE[3],
+    CORE[4],
+    CORE[5],
+    CORE[6],
+    CORE[7],
+    Column {
+        name: "blk_to_driver_ns",
+        role: Role::Stage,
+        kind: Kind::U64,
+        get: |r| opt(r.blk_to_driver_ns()),
+    },
+    Column {
+        name: "driver_ns",
+        role: Role::Stage,
+        kind: Kind::U64,
+        get: |r| opt(r.core.cmd_ns),
+    },
+    Column {
+        name: "total_ns",
+        role: Role::Stage,
+        kind: Kind::U64,
+        get: |r| opt(r.total_ns()),
+    },
+    nvme_status_column(),
+    Column {
+        name: "retries",
+        role: Role::Value,
+        kind: Kind::U64,
+        get: |r| opt(r.core.retries.map(u64::from)),
+    },
+    status_column(),
+];
+
+impl Tabled for NvmeRecord {
+    const PROFILE: &'static str = "nvme";
+    const COLUMNS: &'static [Column<Self>] = COLUMNS;
+    fn table() -> &'static Schema {
+        static S: OnceLock<Schema> = OnceLock::new();
+        schema_cell::<Self>(&S)
+    }
+    fn first_ns(&self) -> u64 {
+        self.start()
+    }
+    fn outcome(&self) -> Status {
+        self.core.status
+    }
+}

@@ -1,0 +1,75 @@
+//! The nvmet profile: every command in an NVMe target (nvmet, any transport),
+//! `nvmet:nvmet_req_init` → `nvmet:nvmet_req_complete`, joined by (cntlid, qid, cid).
+
+pub mod correlate;
+pub mod events;
+
+use super::{EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile};
+use crate::profile::nvme::cmd::{CmdSelect, NvmeConfig};
+use crate::profile::nvme::selection_args;
+use crate::record::{Schema, Tabled};
+use correlate::{NvmetCorrelator, NvmetRecord};
+
+pub struct Nvmet;
+
+const HINT: &str = "CONFIG_NVME_TARGET with a transport (modprobe nvmet nvmet-tcp)";
+
+const EVENTS: &[EventReq] = &[
+    EventReq {
+        system: "nvmet",
+        event: "nvmet_req_init",
+        required: true,
+        hint: HINT,
+    },
+    EventReq {
+        system: "nvmet",
+        event: "nvmet_req_complete",
+        required: true,
+        hint: HINT,
+    },
+];
+
+impl Profile for Nvmet {
+    fn name(&self) -> &'static str {
+        "nvmet"
+    }
+
+    fn about(&self) -> &'static str {
+        "NVMe target (nvmet, any transport): command received → completion posted"
+    }
+
+    fn events(&self) -> &'static [EventReq] {
+        EVENTS
+    }
+
+    fn schema(&self) -> &'static Schema {
+        NvmetRecord::table()
+    }
+
+    fn args(&self) -> Vec<clap::Arg> {
+        selection_args()
+    }
+
+    fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {
+        ctx.require(|_| true)?;
+        let select = CmdSelect::from_flags(ctx);
+        let names = ctx.sys.names();
+        let cfg = NvmeConfig {
+            select: select.clone(),
+            // The namespace's device_path names a disk (`/dev/nullb0`): its LBA size.
+            lba_sizes: ctx.sys.logical_block_sizes(names.values()),
+            ..Default::default()
+        };
+        let mut b = PlanBuilder::new(ctx.tfs);
+        for e in EVENTS {
+            let filter = match e.event {
+                "nvmet_req_init" => select.cmd_filter(),
+                _ => select.done_filter(),
+            };
+            b.open(e.system, e.event, filter, |fmt| {
+                events::layout(fmt, e.system, e.event)
+            })?;
+        }
+        Ok(b.build(NvmetCorrelator::new(cfg)))
+    }
+}

@@ -1,0 +1,506 @@
+//! The shape of an output record: one column table per record type.
+//!
+//! A profile describes its record once, as a static table of [`Column`]s (name, role,
+//! kind, and how to read the value out of a record). Everything else is derived from
+//! that table: the CSV header and cells, the stat groups (the `Label` columns) and
+//! stages (the `Stage` columns), and reading rows back for `report` and `merge`
+//! ([`Row`]). A new output format needs no per-profile code: it walks the table.
+//!
+//! This module does no I/O; rendering a value into bytes is here so that every sink
+//! writes the same text for the same value.
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+/// What happened to an I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    Ok,
+    /// Completed with an error status (the record's error column says which).
+    Error,
+    /// Never completed while we watched: in flight at the end of the run, or evicted to
+    /// bound memory, or its chain has a gap. The stages it reached are filled in.
+    Incomplete,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::Incomplete => "incomplete",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        [Status::Ok, Status::Error, Status::Incomplete]
+            .into_iter()
+            .find(|st| st.as_str() == s)
+    }
+}
+
+/// What a column is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Wall-clock start of the I/O (rendered from the monotonic start by the sink).
+    StartTime,
+    /// Part of the stat group key (device, op, size class…), in table order.
+    Label,
+    /// A latency in ns: a histogram per group in `stat`, a bar segment in a plot.
+    Stage,
+    /// The row's [`Status`].
+    Status,
+    /// Anything else: identity, sizes, absolute marks.
+    Value,
+}
+
+/// The type of a column's values, for typed outputs and for reading rows back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Wall-clock date-time (see [`Role::StartTime`]).
+    Timestamp,
+    U64,
+    I64,
+    /// Text; what an output may dictionary-encode.
+    Text,
+}
+
+/// One cell, borrowed from a record while it is written.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value<'a> {
+    /// Does not apply to this I/O: an empty cell, never a fake 0.
+    Empty,
+    U64(u64),
+    I64(i64),
+    Str(&'a str),
+    /// A computed label (rare: unknown opcodes, chain gaps).
+    String(String),
+    /// `0x1f`: NVMe status fields.
+    Hex(u64),
+    /// A prefix and a number, `nvme3`: rendered without allocating.
+    Named(&'static str, u64),
+    /// A kernel `dev_t` (major << 20 | minor) as `major:minor`.
+    Dev(u32),
+    /// A monotonic time that the sink renders as wall-clock time.
+    Time(u64),
+}
+
+impl Value<'_> {
+    /// The value as a latency, for histograms: `None` when empty, negative or text.
+    pub fn as_ns(&self) -> Option<u64> {
+        match *self {
+            Value::U64(v) => Some(v),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// Append the value's text (the CSV cell, the stat label). `Time` needs a clock
+    /// and renders as its raw ns here; sinks render it themselves.
+    pub fn write_text(&self, out: &mut String) {
+        match self {
+            Value::Empty => {}
+            Value::U64(v) | Value::Time(v) => push_u64(out, *v),
+            Value::I64(v) => {
+                if *v < 0 {
+                    out.push('-');
+                }
+                push_u64(out, v.unsigned_abs());
+            }
+            Value::Str(s) => out.push_str(s),
+            Value::String(s) => out.push_str(s),
+            Value::Hex(v) => {
+                let _ = write!(out, "{v:#x}");
+            }
+            Value::Named(p, v) => {
+                out.push_str(p);
+                push_u64(out, *v);
+            }
+            Value::Dev(d) => {
+                push_u64(out, (*d >> 20) as u64);
+                out.push(':');
+                push_u64(out, (*d & 0xfffff) as u64);
+            }
+        }
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        self.write_text(&mut s);
+        s
+    }
+}
+
+/// Decimal digits without `fmt`: the CSV path writes several per row.
+pub fn push_u64(out: &mut String, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    // The slice holds ASCII digits only.
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
+}
+
+/// One column of a record type `R`.
+pub struct Column<R> {
+    pub name: &'static str,
+    pub role: Role,
+    pub kind: Kind,
+    pub get: fn(&R) -> Value<'_>,
+}
+
+// Not derived: a derive would ask `R: Copy`, and only the fn pointer is copied.
+impl<R> Clone for Column<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R> Copy for Column<R> {}
+
+/// A column without its accessor: what outputs and readers need to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnDef {
+    pub name: &'static str,
+    pub role: Role,
+    pub kind: Kind,
+}
+
+/// The derived, type-erased view of a column table.
+#[derive(Debug)]
+pub struct Schema {
+    /// The profile whose records these are.
+    pub profile: &'static str,
+    pub columns: Vec<ColumnDef>,
+    /// Indexes of the `Label` columns, in table order.
+    pub labels: Vec<usize>,
+    /// Indexes of the `Stage` columns, in table order.
+    pub stages: Vec<usize>,
+    pub status: Option<usize>,
+}
+
+impl Schema {
+    pub fn of<R>(profile: &'static str, cols: &[Column<R>]) -> Schema {
+        let columns: Vec<ColumnDef> = cols
+            .iter()
+            .map(|c| ColumnDef {
+                name: c.name,
+                role: c.role,
+                kind: c.kind,
+            })
+            .collect();
+        let with = |r: Role| -> Vec<usize> {
+            columns
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.role == r)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        Schema {
+            profile,
+            labels: with(Role::Label),
+            stages: with(Role::Stage),
+            status: with(Role::Status).first().copied(),
+            columns,
+        }
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.columns.iter().map(|c| c.name)
+    }
+
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+
+    /// Stage names without the `_ns` unit, as tables and plots show them.
+    pub fn stage_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.stages
+            .iter()
+            .map(|&i| self.columns[i].name.trim_end_matches("_ns"))
+    }
+
+    pub fn label_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.labels.iter().map(|&i| self.columns[i].name)
+    }
+}
+
+/// A finished (or given-up) I/O, as every sink sees it.
+pub trait IoRecord {
+    fn schema(&self) -> &'static Schema;
+    /// Column `i` of the schema.
+    fn value(&self, i: usize) -> Value<'_>;
+    /// Start of the I/O on the recording clock (ns).
+    fn start_ns(&self) -> u64;
+    fn status(&self) -> Status;
+}
+
+/// A record type with a static column table: implement this and get [`IoRecord`].
+pub trait Tabled: Sized + 'static {
+    const PROFILE: &'static str;
+    const COLUMNS: &'static [Column<Self>];
+    /// The schema, built once from `COLUMNS` (see [`schema_cell`]).
+    fn table() -> &'static Schema;
+    /// [`IoRecord::start_ns`].
+    fn first_ns(&self) -> u64;
+    /// [`IoRecord::status`].
+    fn outcome(&self) -> Status;
+}
+
+/// Build a `Tabled::table` once: `fn table() -> &'static Schema { static S:
+/// OnceLock<Schema> = OnceLock::new(); schema_cell::<Self>(&S) }`.
+pub fn schema_cell<R: Tabled>(cell: &'static OnceLock<Schema>) -> &'static Schema {
+    cell.get_or_init(|| Schema::of(R::PROFILE, R::COLUMNS))
+}
+
+impl<R: Tabled> IoRecord for R {
+    fn schema(&self) -> &'static Schema {
+        R::table()
+    }
+    #[inline]
+    fn value(&self, i: usize) -> Value<'_> {
+        match R::COLUMNS.get(i) {
+            Some(c) => (c.get)(self),
+            None => Value::Empty,
+        }
+    }
+    fn start_ns(&self) -> u64 {
+        self.first_ns()
+    }
+    fn status(&self) -> Status {
+        self.outcome()
+    }
+}
+
+/// Why a row read back from a file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RowError {
+    #[error("column {column} holds `{value}`: expected {expected}")]
+    Bad {
+        column: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("no column {column}")]
+    Missing { column: &'static str },
+}
+
+/// A row read back from a file (CSV, Parquet), addressed by the schema's column names,
+/// with the parsing every reader shares.
+pub struct Row<'a> {
+    pub schema: &'static Schema,
+    pub cells: &'a [&'a str],
+}
+
+impl<'a> Row<'a> {
+    /// The cell of a column, `""` when empty.
+    pub fn text(&self, column: &'static str) -> Result<&'a str, RowError> {
+        self.schema
+            .position(column)
+            .and_then(|i| self.cells.get(i).copied())
+            .ok_or(RowError::Missing { column })
+    }
+
+    /// A number, `None` when the cell is empty.
+    pub fn num<T: std::str::FromStr>(&self, column: &'static str) -> Result<Option<T>, RowError> {
+        let v = self.text(column)?;
+        if v.is_empty() {
+            return Ok(None);
+        }
+        v.parse().map(Some).map_err(|_| bad(column, v, "a number"))
+    }
+
+    /// A number that must be there.
+    pub fn req<T: std::str::FromStr>(&self, column: &'static str) -> Result<T, RowError> {
+        let v = self.text(column)?;
+        v.parse().map_err(|_| bad(column, v, "a number"))
+    }
+
+    /// A `0x…` hex number, `None` when empty.
+    pub fn hex(&self, column: &'static str) -> Result<Option<u64>, RowError> {
+        let v = self.text(column)?;
+        if v.is_empty() {
+            return Ok(None);
+        }
+        v.strip_prefix("0x")
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .map(Some)
+            .ok_or_else(|| bad(column, v, "0xNN"))
+    }
+
+    pub fn status(&self) -> Result<Status, RowError> {
+        let Some(i) = self.schema.status else {
+            return Ok(Status::Ok);
+        };
+        let column = self.schema.columns[i].name;
+        let v = self.cells.get(i).copied().unwrap_or("");
+        Status::parse(v).ok_or_else(|| bad(column, v, "ok, error or incomplete"))
+    }
+
+    /// Stage `k` of the schema as ns: `None` when empty or negative (a signed stage
+    /// such as network time can be; histograms skip it).
+    pub fn stage(&self, k: usize) -> Result<Option<u64>, RowError> {
+        let i = self.schema.stages[k];
+        let column = self.schema.columns[i].name;
+        let v = self.cells.get(i).copied().unwrap_or("");
+        if v.is_empty() {
+            return Ok(None);
+        }
+        if let Some(neg) = v.strip_prefix('-') {
+            return match neg.parse::<u64>() {
+                Ok(_) => Ok(None),
+                Err(_) => Err(bad(column, v, "a number of ns")),
+            };
+        }
+        v.parse()
+            .map(Some)
+            .map_err(|_| bad(column, v, "a number of ns"))
+    }
+}
+
+pub fn bad(column: &'static str, value: &str, expected: &'static str) -> RowError {
+    RowError::Bad {
+        column,
+        value: value.to_string(),
+        expected,
+    }
+}
+
+/// Losses and oddities a correlator saw: shown in every output, never silent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Completions whose start was never seen (tracing began mid-I/O, or lost samples).
+    pub unmatched: u64,
+    /// I/Os given up: evicted to bound memory or still in flight at the end.
+    pub incomplete: u64,
+    /// I/Os currently in flight.
+    pub in_flight: u64,
+    /// Partial completions merged into one I/O.
+    pub partial: u64,
+    /// Requests seen issued or inserted again before completing (requeues).
+    pub requeued: u64,
+    /// Completions paired with one of several in-flight requests that shared their
+    /// key (the tracepoints carry no request id): the pairing rule chose.
+    pub ambiguous: u64,
+}
+
+/// Size classes as nvme_bpf and the original ntprof group them.
+pub fn size_class(bytes: u64) -> &'static str {
+    match bytes {
+        0 => "0",
+        1..=4096 => "<=4k",
+        4097..=8192 => "<=8k",
+        8193..=16384 => "<=16k",
+        16385..=32768 => "<=32k",
+        32769..=65536 => "<=64k",
+        65537..=131072 => "<=128k",
+        131073..=262144 => "<=256k",
+        262145..=1048576 => "<=1m",
+        _ => ">1m",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct R {
+        a: u64,
+        b: Option<i64>,
+    }
+    static COLS: &[Column<R>] = &[
+        Column {
+            name: "start_time",
+            role: Role::StartTime,
+            kind: Kind::Timestamp,
+            get: |r| Value::Time(r.a),
+        },
+        Column {
+            name: "dev",
+            role: Role::Label,
+            kind: Kind::Text,
+            get: |_| Value::Dev((259 << 20) | 3),
+        },
+        Column {
+            name: "x_ns",
+            role: Role::Stage,
+            kind: Kind::I64,
+            get: |r| r.b.map_or(Value::Empty, Value::I64),
+        },
+        Column {
+            name: "status",
+            role: Role::Status,
+            kind: Kind::Text,
+            get: |_| Value::Str("ok"),
+        },
+    ];
+    impl Tabled for R {
+        const PROFILE: &'static str = "test";
+        const COLUMNS: &'static [Column<R>] = COLS;
+        fn table() -> &'static Schema {
+            static S: OnceLock<Schema> = OnceLock::new();
+            schema_cell::<Self>(&S)
+        }
+        fn first_ns(&self) -> u64 {
+            self.a
+        }
+        fn outcome(&self) -> Status {
+            Status::Ok
+        }
+    }
+
+    #[test]
+    fn schema_is_derived_from_the_table() {
+        let r = R { a: 5, b: Some(-3) };
+        let s = r.schema();
+        assert_eq!(s.labels, [1]);
+        assert_eq!(s.stages, [2]);
+        assert_eq!(s.status, Some(3));
+        assert_eq!(s.stage_names().collect::<Vec<_>>(), ["x"]);
+        assert_eq!(r.value(1).to_text(), "259:3");
+        assert_eq!(r.value(2).to_text(), "-3");
+        assert_eq!(r.value(2).as_ns(), None);
+        assert_eq!(r.value(9), Value::Empty);
+    }
+
+    #[test]
+    fn values_render_without_fmt_as_with_it() {
+        for v in [0u64, 7, 10, 12345, u64::MAX] {
+            assert_eq!(Value::U64(v).to_text(), v.to_string());
+        }
+        assert_eq!(Value::I64(i64::MIN).to_text(), i64::MIN.to_string());
+        assert_eq!(Value::Hex(0x4002).to_text(), "0x4002");
+        assert_eq!(Value::Hex(0).to_text(), "0x0");
+        assert_eq!(Value::Named("nvme", 12).to_text(), "nvme12");
+        assert_eq!(Value::Empty.to_text(), "");
+    }
+
+    #[test]
+    fn rows_parse_by_column_name() {
+        let s = R::table();
+        let cells = ["2026-01-01", "7:0", "-12", "ok"];
+        let row = Row {
+            schema: s,
+            cells: &cells,
+        };
+        assert_eq!(row.stage(0), Ok(None));
+        assert_eq!(row.status(), Ok(Status::Ok));
+        assert_eq!(row.text("dev"), Ok("7:0"));
+        assert!(row.num::<u64>("dev").is_err());
+        assert_eq!(row.text("nope"), Err(RowError::Missing { column: "nope" }));
+        let cells = ["", "", "x", "maybe"];
+        let row = Row {
+            schema: s,
+            cells: &cells,
+        };
+        assert!(row.stage(0).unwrap_err().to_string().contains("x_ns"));
+        assert!(row.status().is_err());
+    }
+}
