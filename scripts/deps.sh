@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(fio util-linux kmod
       # the VM rig (tests/vm); kernel_change/check.sh installs the sources it checks
-      qemu-system-x86 busybox-static linux-source-6.1 rsync
+      qemu-system-x86 busybox-static linux-source-6.1 rsync dmsetup
       build-essential flex bison bc libelf-dev libssl-dev cpio xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do

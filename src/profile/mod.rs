@@ -24,7 +24,7 @@
 //!
 //! `list`, `record`, `stat`, `report` (and any output format) then work unchanged.
 
-// pub mod bio;
+pub mod bio;
 pub mod block;
 pub mod nvme;
 pub mod nvme_tcp;
@@ -43,7 +43,7 @@ use std::path::PathBuf;
 pub fn all() -> &'static [&'static dyn Profile] {
     &[
         &block::Block,
-        // &bio::Bio,
+        &bio::Bio,
         &nvme::Nvme,
         &nvmet::Nvmet,
         &nvme_tcp::NvmeTcp,

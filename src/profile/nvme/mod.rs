@@ -9,6 +9,8 @@ pub mod cmd;
 pub mod correlate;
 pub mod events;
 pub mod record;
+#[cfg(test)]
+pub(crate) mod tests;
 
 use super::{EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::profile::block::dev_filter;

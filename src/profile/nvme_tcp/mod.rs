@@ -16,6 +16,8 @@ pub mod record;
 pub mod target;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_bounds;
 
 use super::{
     EventReq, MergeError, Merged, Plan, PlanBuilder, PlanCtx, PlanError, Profile, Recording,

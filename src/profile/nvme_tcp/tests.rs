@@ -1,15 +1,15 @@
 //! Tests of the nvme-tcp profile: scenarios built from the real formats captured from
-//! the patched 6.1 guest, fed through decode → order → correlate.
+//! the patched 6.1 guest, fed through decode → order → correlate. Bounds, merge and
+//! garbage input are in `tests_bounds.rs`.
 
-use super::events::{layout, HostEvent, HostKind, NvmeTcpEvent, TargetEvent, TargetKind, TcpEvent};
+use super::events::{layout, NvmeTcpEvent};
 use super::join::TcpCorrelator;
 use super::model::{Side, TcpConfig, TcpRecord};
 use super::EVENTS;
-use crate::correlate::{Correlator, Counters};
-use crate::decode::{Decoder, Event};
+use crate::correlate::Counters;
+use crate::decode::Decoder;
 use crate::pipeline::Pipeline;
-use crate::profile::block::events::{BlockEvent, BlockKind};
-use crate::record::{IoRecord, Row};
+use crate::record::IoRecord;
 use crate::synth::RecordBuilder;
 use crate::tracefs::{EventFormat, Tracefs};
 use std::collections::HashMap;
@@ -17,7 +17,7 @@ use std::collections::HashMap;
 /// The formats captured from the patched 6.1 guest of the VM rig
 /// (`tests/vm/capture-tracefs.sh --patches`): records are laid out exactly as that
 /// kernel writes them.
-fn patched_tracefs() -> Tracefs {
+pub(super) fn patched_tracefs() -> Tracefs {
     crate::testutil::captured_tracefs(
         &[
             "nvme_tcp/nvme_tcp_queue_rq",
@@ -28,21 +28,21 @@ fn patched_tracefs() -> Tracefs {
     )
 }
 
-const DEV: u32 = 259 << 20;
-const CTRL: u64 = 0;
-const CNTLID: u64 = 1;
-const QID: u64 = 1;
+pub(super) const DEV: u32 = 259 << 20;
+pub(super) const CTRL: u64 = 0;
+pub(super) const CNTLID: u64 = 1;
+pub(super) const QID: u64 = 1;
 
 /// Raw records of one scenario, per CPU ring, fed through decode → order → correlate.
-struct Rig {
-    fmts: HashMap<String, EventFormat>,
-    decoder: Decoder<NvmeTcpEvent>,
+pub(super) struct Rig {
+    pub(super) fmts: HashMap<String, EventFormat>,
+    pub(super) decoder: Decoder<NvmeTcpEvent>,
     /// (time, cpu, raw) in the order the rings hold them.
-    samples: Vec<(u64, u32, Vec<u8>)>,
-    cpu: u32,
+    pub(super) samples: Vec<(u64, u32, Vec<u8>)>,
+    pub(super) cpu: u32,
 }
 
-fn rig() -> Rig {
+pub(super) fn rig() -> Rig {
     let tfs = patched_tracefs();
     let mut decoder = Decoder::new();
     let mut fmts = HashMap::new();
@@ -59,12 +59,12 @@ fn rig() -> Rig {
 }
 
 impl Rig {
-    fn on(&mut self, cpu: u32) -> &mut Self {
+    pub(super) fn on(&mut self, cpu: u32) -> &mut Self {
         self.cpu = cpu;
         self
     }
 
-    fn push(&mut self, t: u64, event: &str, fields: &[(&str, u64)]) -> &mut Self {
+    pub(super) fn push(&mut self, t: u64, event: &str, fields: &[(&str, u64)]) -> &mut Self {
         let fmt = &self.fmts[event];
         let mut b = RecordBuilder::new(fmt);
         for (k, v) in fields {
@@ -82,7 +82,7 @@ impl Rig {
     }
 
     /// A host event of command `cid`.
-    fn h(&mut self, t: u64, ev: &str, cid: u64, fields: &[(&str, u64)]) -> &mut Self {
+    pub(super) fn h(&mut self, t: u64, ev: &str, cid: u64, fields: &[(&str, u64)]) -> &mut Self {
         let mut f = vec![
             ("ctrl_id", CTRL),
             ("cntlid", CNTLID),
@@ -95,7 +95,14 @@ impl Rig {
     }
 
     /// A target event of command `cid`.
-    fn t(&mut self, t: u64, ev: &str, cid: u64, op: u64, fields: &[(&str, u64)]) -> &mut Self {
+    pub(super) fn t(
+        &mut self,
+        t: u64,
+        ev: &str,
+        cid: u64,
+        op: u64,
+        fields: &[(&str, u64)],
+    ) -> &mut Self {
         let mut f = vec![
             ("cntlid", CNTLID),
             ("qid", QID),
@@ -106,7 +113,7 @@ impl Rig {
         self.push(t, &format!("nvmet_tcp_{ev}"), &f)
     }
 
-    fn bio(&mut self, t: u64, sector: u64) -> &mut Self {
+    pub(super) fn bio(&mut self, t: u64, sector: u64) -> &mut Self {
         self.push(
             t,
             "block_bio_queue",
@@ -114,7 +121,7 @@ impl Rig {
         )
     }
 
-    fn blk_done(&mut self, t: u64, sector: u64) -> &mut Self {
+    pub(super) fn blk_done(&mut self, t: u64, sector: u64) -> &mut Self {
         self.push(
             t,
             "block_rq_complete",
@@ -122,7 +129,14 @@ impl Rig {
         )
     }
 
-    fn queue_rq(&mut self, t: u64, cid: u64, op: u64, len: u64, sector: u64) -> &mut Self {
+    pub(super) fn queue_rq(
+        &mut self,
+        t: u64,
+        cid: u64,
+        op: u64,
+        len: u64,
+        sector: u64,
+    ) -> &mut Self {
         let inline = (op == 1 && len <= 8192) as u64;
         self.h(
             t,
@@ -143,7 +157,7 @@ impl Rig {
 
     /// Run the rings through the pipeline: each CPU's samples form one ring,
     /// drained in CPU order in rounds of `round` samples per ring.
-    fn run(&self, cfg: TcpConfig, round: usize) -> (Vec<TcpRecord>, Counters, u64) {
+    pub(super) fn run(&self, cfg: TcpConfig, round: usize) -> (Vec<TcpRecord>, Counters, u64) {
         let mut pipe = Pipeline::new(self.decoder.clone(), TcpCorrelator::new(cfg));
         let mut rings: Vec<Vec<&(u64, u32, Vec<u8>)>> = Vec::new();
         for s in &self.samples {
@@ -185,7 +199,7 @@ impl Rig {
 }
 
 /// A 4k read, host and target in one recording, every mark present.
-fn read(r: &mut Rig, base: u64, cid: u64, sector: u64) {
+pub(super) fn read(r: &mut Rig, base: u64, cid: u64, sector: u64) {
     let b = base;
     r.bio(b, sector)
         .queue_rq(b + 500, cid, 2, 4096, sector)
@@ -223,13 +237,13 @@ fn read(r: &mut Rig, base: u64, cid: u64, sector: u64) {
         .blk_done(b + 2000, sector);
 }
 
-fn stages(r: &TcpRecord) -> Vec<Option<u64>> {
+pub(super) fn stages(r: &TcpRecord) -> Vec<Option<u64>> {
     let s = r.schema();
     s.stages.iter().map(|&i| r.value(i).as_ns()).collect()
 }
 
 /// Host stages tile host_total; target stages + network tile waiting.
-fn assert_tiles(r: &TcpRecord) {
+pub(super) fn assert_tiles(r: &TcpRecord) {
     let s = stages(r);
     let host: u64 = s[0..=5].iter().map(|v| v.unwrap()).sum::<u64>();
     let host_wo_wait = host - s[2].unwrap();
@@ -244,7 +258,7 @@ fn assert_tiles(r: &TcpRecord) {
     assert_eq!(host_wo_wait + tgt + s[10].unwrap(), s[11].unwrap());
 }
 
-fn cells(r: &TcpRecord) -> HashMap<&'static str, String> {
+pub(super) fn cells(r: &TcpRecord) -> HashMap<&'static str, String> {
     let s = r.schema();
     s.names()
         .enumerate()
@@ -333,7 +347,7 @@ fn small_write_in_capsule() {
 
 /// A 128k R2T write: two round trips, both in the network time; the H2C data in
 /// two PDUs and the host's H2C send resumed in a second call.
-fn r2t_write(r: &mut Rig, b: u64, cid: u64, sector: u64) {
+pub(super) fn r2t_write(r: &mut Rig, b: u64, cid: u64, sector: u64) {
     r.bio(b, sector)
         .queue_rq(b + 100, cid, 1, 131072, sector)
         .h(b + 200, "try_send", cid, &[])
@@ -754,233 +768,4 @@ fn sampling_drops_unsampled_block_events_quietly() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].start_ns(), 20_000);
     assert_eq!(c, Counters::default());
-}
-
-#[test]
-fn memory_is_bounded() {
-    let mut r = rig();
-    for i in 0..200u64 {
-        r.queue_rq(1000 + i, i, 2, 4096, i * 8);
-        r.t(
-            1000 + i,
-            "done_recv_pdu",
-            i + 0x1000,
-            2,
-            &[("recv_time", 999 + i)],
-        );
-    }
-    let mut c = TcpCorrelator::new(TcpConfig {
-        max_in_flight: 16,
-        ..Default::default()
-    });
-    let mut n = 0;
-    for (t, cpu, raw) in &r.samples {
-        let ev = r.decoder.decode(raw, *t, *cpu).unwrap().unwrap();
-        c.on_event(&ev, &mut |_| n += 1);
-        assert!(c.hosts.len() <= 16 && c.targets.len() <= 16);
-    }
-    c.finish(&mut |_| n += 1);
-    assert_eq!(n, 400);
-    assert_eq!(c.counters().incomplete, 400);
-}
-
-/// The record's cells by column name (time columns from `start_ns`).
-fn row_of(r: &TcpRecord) -> super::merge::Row {
-    let s = r.schema();
-    let text: Vec<String> = (0..s.columns.len()).map(|i| r.value(i).to_text()).collect();
-    let cells: Vec<&str> = text.iter().map(String::as_str).collect();
-    let rec = TcpRecord::from_row(&Row {
-        schema: s,
-        cells: &cells,
-    })
-    .unwrap();
-    assert_eq!(&rec.host, &r.host, "host part must survive the CSV");
-    assert_eq!(&rec.target, &r.target, "target part must survive the CSV");
-    super::merge::Row {
-        start_time: crate::sink::time::format_utc(r.start_ns() as i128 + WALL),
-        start_ns: r.start_ns(),
-        rec,
-    }
-}
-
-const WALL: i128 = 1_795_000_000_000_000_000;
-
-#[test]
-fn merging_host_only_and_target_only_gives_the_joint_rows() {
-    let mut r = rig();
-    for (i, base) in [10_000u64, 20_000, 30_000].into_iter().enumerate() {
-        read(&mut r, base, 0x1001, 800 + 8 * i as u64);
-    }
-    r2t_write(&mut r, 40_000, 0x1001, 4096);
-    r2t_write(&mut r, 43_000, 0x2001, 4096 + 256);
-    // One target I/O of a host we did not trace.
-    r.t(60_000, "done_recv_pdu", 0x3333, 2, &[("recv_time", 59_990)])
-        .t(60_010, "exec_read_req", 0x3333, 2, &[])
-        .t(60_020, "queue_response", 0x3333, 2, &[])
-        .t(60_030, "try_send_response", 0x3333, 2, &[]);
-    let joint = r.run(TcpConfig::default(), 4).0;
-    let host = r
-        .run(
-            TcpConfig {
-                side: Side::Host,
-                ..Default::default()
-            },
-            4,
-        )
-        .0;
-    let tgt = r
-        .run(
-            TcpConfig {
-                side: Side::Target,
-                ..Default::default()
-            },
-            4,
-        )
-        .0;
-    assert_eq!((joint.len(), host.len(), tgt.len()), (6, 5, 6));
-    // The target machine's monotonic clock reads 5 s more; its wall clock agrees.
-    const SKEW: u64 = 5_000_000_000;
-    let mut rows: Vec<_> = host.iter().map(row_of).collect();
-    for t in &tgt {
-        let mut row = row_of(t);
-        let p = row.rec.target.as_mut().unwrap();
-        p.recv_ns += SKEW;
-        p.send_ns = p.send_ns.map(|x| x + SKEW);
-        p.last_send_ns = p.last_send_ns.map(|x| x + SKEW);
-        row.start_ns += SKEW;
-        rows.push(row);
-    }
-    let (merged, st) = super::merge::merge(rows, 50_000_000);
-    assert_eq!((st.paired, st.host_rows, st.target_rows), (5, 5, 6));
-    assert!(st.offset_ns.abs_diff(-(SKEW as i64)) < 1000, "{st:?}");
-    let mut want: Vec<_> = joint.iter().map(cells).collect();
-    let mut got: Vec<_> = merged
-        .iter()
-        .map(|m| {
-            let mut c = cells(&m.rec);
-            if m.rec.target.is_some() {
-                // Target marks stay on the target's clock.
-                for k in ["target_recv_ns", "target_send_ns", "target_last_send_ns"] {
-                    let v: u64 = c[k].parse().unwrap();
-                    c.insert(k, (v - SKEW).to_string());
-                }
-            }
-            c
-        })
-        .collect();
-    let key = |c: &HashMap<&str, String>| (c["cid"].clone(), c["host_start_ns"].clone());
-    want.sort_by_key(key);
-    got.sort_by_key(key);
-    assert_eq!(got, want);
-}
-
-/// Garbage in any order (random kinds, ids, stamps up to u64::MAX, time going
-/// backwards) must neither panic nor grow memory past the bounds.
-#[test]
-fn random_event_streams_do_not_panic() {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let hosts = [
-        HostKind::QueueRq,
-        HostKind::TrySend,
-        HostKind::DoneSendReq,
-        HostKind::HandleR2t,
-        HostKind::HandleC2hData,
-        HostKind::RecvData,
-        HostKind::ProcessNvmeCqe,
-    ];
-    let tgts = [
-        TargetKind::DoneRecvPdu,
-        TargetKind::ExecReadReq,
-        TargetKind::ExecWriteReq,
-        TargetKind::QueueResponse,
-        TargetKind::TrySendR2t,
-        TargetKind::TrySendDataPdu,
-        TargetKind::TrySendResponse,
-        TargetKind::HandleH2cDataPdu,
-        TargetKind::TryRecvData,
-    ];
-    let mut c = TcpCorrelator::new(TcpConfig {
-        max_in_flight: 64,
-        ..Default::default()
-    });
-    let mut rows = 0u64;
-    for _ in 0..50_000 {
-        let r = rnd();
-        let big = if r % 7 == 0 {
-            u64::MAX - rnd() % 1000
-        } else {
-            rnd() % 1_000_000
-        };
-        let time = rnd() % 10_000_000;
-        let cid = (rnd() % 40) as u16;
-        let kind = match r % 3 {
-            0 => NvmeTcpEvent::Tcp(TcpEvent::Host(HostEvent {
-                kind: hosts[(r >> 8) as usize % hosts.len()],
-                ctrl_id: (r >> 20) as u32 % 2,
-                cntlid: 1,
-                qid: 1 + (r >> 24) as u16 % 2,
-                cid,
-                tag: cid,
-                recv_time: big,
-                len: 4096,
-                offset: 0,
-                data_offset: 0,
-                data_len: 4096,
-                flags: (r >> 30) as u8,
-                last: true,
-                rq: Some(super::events::QueueRqInfo {
-                    slba: big,
-                    sector: rnd() % 64,
-                    nsid: 1,
-                    dev: if (r >> 40) & 1 == 0 { DEV } else { 0 },
-                    opcode: (r >> 33) as u8 % 3,
-                    write: r & 1 == 0,
-                    inline_data: r & 2 == 0,
-                    disk: crate::profile::nvme::events::DiskName::new(b"nvme0n1"),
-                }),
-                status: 0,
-            })),
-            1 => NvmeTcpEvent::Tcp(TcpEvent::Target(TargetEvent {
-                kind: tgts[(r >> 8) as usize % tgts.len()],
-                cntlid: 1,
-                qid: 1 + (r >> 24) as u16 % 2,
-                cid,
-                opcode: (r >> 33) as u8 % 3,
-                recv_time: big,
-                slba: 0,
-                nsid: 1,
-                len: 4096,
-                data_offset: 0,
-                r2t: r & 4 == 0,
-                status: (r >> 50) as u16 % 2,
-            })),
-            _ => NvmeTcpEvent::Block(BlockEvent {
-                kind: if r & 8 == 0 {
-                    BlockKind::BioQueue
-                } else {
-                    BlockKind::Complete
-                },
-                dev: DEV,
-                sector: rnd() % 64,
-                nr_sector: 8,
-                bytes: 4096,
-                op: crate::profile::block::events::Op::Read,
-                error: 0,
-            }),
-        };
-        c.on_event(&Event { time, cpu: 0, kind }, &mut |rec| {
-            let _ = cells(&rec);
-            rows += 1;
-        });
-        assert!(c.hosts.len() <= 64 && c.targets.len() <= 64 && c.tgt_done.len() <= 65);
-        assert!(c.bios.len() <= super::join::MAX_BIOS && c.by_sector.len() <= 64);
-    }
-    c.finish(&mut |_| rows += 1);
-    assert!(rows > 0);
 }

@@ -133,7 +133,7 @@ mod tests {
     use super::*;
     use crate::decode::Decoder;
     use crate::profile::nvme::cmd::CmdSelect;
-    use crate::profile::nvme::correlate::tests::{guest_tracefs, rw_dwords};
+    use crate::profile::nvme::tests::{guest_tracefs, rw_dwords};
     use crate::profile::nvmet::events::layout;
     use crate::record::IoRecord;
     use crate::synth::RecordBuilder;

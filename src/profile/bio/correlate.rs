@@ -1,0 +1,441 @@
+//! The bio profile's correlator and record: `block_bio_queue` → `block_bio_complete`
+//! on a bio-based device, with `block_bio_remap` naming the device below.
+//!
+//! A stacked driver (device-mapper, md) hands each bio, or a clone of it, to the
+//! device below: the remap event says where (dev, sector) it went, and the clone's
+//! own queue (and, on a bio-based device below, completion) events follow at that
+//! place. Those are not I/Os of their own: they are followed as the *lower half* of
+//! the bio above, so one row per bio submitted to the traced device, naming the
+//! bottom device it reached (the last remap). Several bios at one (dev, sector) in
+//! flight at once complete FIFO by queue time, counted as ambiguous as in the block
+//! profile.
+
+use super::events::{BioEvent, BioKind};
+use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
+use crate::correlate::{Correlator, Counters, FxMap, Status};
+use crate::decode::Event;
+use crate::device::{dev_major, dev_minor};
+use crate::profile::block::events::Op;
+use crate::record::{schema_cell, Column, Kind, Role, Schema, Tabled, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+type Key = (u32, u64);
+
+#[derive(Debug, Clone)]
+struct BioIo {
+    first: u64,
+    op: Op,
+    bytes: u64,
+    /// First remap: the driver handed the bio down.
+    remap: Option<u64>,
+    /// Where the last remap sent it (the bottom of the stack).
+    target: Option<Key>,
+    /// The lower halves registered for it, dropped with it.
+    lower: Vec<Key>,
+}
+
+impl Started for BioIo {
+    fn started(&self) -> u64 {
+        self.first
+    }
+}
+
+/// A bio's clone below a traced device: which bio above it belongs to.
+#[derive(Debug, Clone, Copy)]
+struct Lower {
+    t: u64,
+    top: Key,
+    top_first: u64,
+    queued: bool,
+}
+
+impl Started for Lower {
+    fn started(&self) -> u64 {
+        self.t
+    }
+}
+
+/// Options of the bio correlator.
+#[derive(Debug, Clone)]
+pub struct BioConfig {
+    /// Names for dev_t values, for the `device` and `target` columns.
+    pub names: HashMap<u32, String>,
+    pub max_in_flight: usize,
+}
+
+impl Default for BioConfig {
+    fn default() -> Self {
+        BioConfig {
+            names: HashMap::new(),
+            max_in_flight: DEFAULT_MAX,
+        }
+    }
+}
+
+pub struct BioCorrelator {
+    ios: Inflight<Key, BioIo>,
+    lower: Inflight<Key, Lower>,
+    names: FxMap<u32, Arc<str>>,
+    counters: Counters,
+}
+
+/// One bio on a bio-based device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BioRecord {
+    pub start_ns: u64,
+    pub dev: u32,
+    pub device: Arc<str>,
+    pub op: Op,
+    pub sector: u64,
+    pub bytes: u64,
+    /// The device (and sector there) the last remap sent the bio to.
+    pub target: Option<(Arc<str>, u32, u64)>,
+    pub q2r_ns: Option<u64>,
+    pub r2c_ns: Option<u64>,
+    pub q2c_ns: Option<u64>,
+    pub error: i32,
+    pub status: Status,
+}
+
+impl BioCorrelator {
+    pub fn new(cfg: BioConfig) -> BioCorrelator {
+        BioCorrelator {
+            ios: Inflight::new(cfg.max_in_flight),
+            lower: Inflight::new(cfg.max_in_flight),
+            names: cfg
+                .names
+                .iter()
+                .map(|(d, n)| (*d, Arc::from(n.as_str())))
+                .collect(),
+            counters: Counters::default(),
+        }
+    }
+
+    fn name(&mut self, dev: u32) -> Arc<str> {
+        self.names
+            .entry(dev)
+            .or_insert_with(|| format!("{}:{}", dev_major(dev), dev_minor(dev)).into())
+            .clone()
+    }
+
+    fn record(&mut self, key: Key, io: &BioIo, done: Option<(u64, i32)>) -> BioRecord {
+        let (r2c, q2c, error, status) = match done {
+            Some((t, err)) => (
+                io.remap.map(|r| t.saturating_sub(r)),
+                Some(t.saturating_sub(io.first)),
+                err,
+                if err == 0 { Status::Ok } else { Status::Error },
+            ),
+            None => (None, None, 0, Status::Incomplete),
+        };
+        let target = io.target.map(|(d, s)| (self.name(d), d, s));
+        BioRecord {
+            start_ns: io.first,
+            dev: key.0,
+            device: self.name(key.0),
+            op: io.op,
+            sector: key.1,
+            bytes: io.bytes,
+            target,
+            q2r_ns: io.remap.map(|r| r.saturating_sub(io.first)),
+            r2c_ns: r2c,
+            q2c_ns: q2c,
+            error,
+            status,
+        }
+    }
+
+    /// Forget the lower halves of a bio that is over.
+    fn drop_lower(&mut self, io: &BioIo, key: Key) {
+        for l in &io.lower {
+            self.lower
+                .take_where(l, |x| x.top == key && x.top_first == io.first);
+        }
+    }
+
+    fn emit(
+        &mut self,
+        key: Key,
+        io: BioIo,
+        done: Option<(u64, i32)>,
+        out: &mut dyn FnMut(BioRecord),
+    ) {
+        self.drop_lower(&io, key);
+        if done.is_none() {
+            self.counters.incomplete += 1;
+        }
+        let r = self.record(key, &io, done);
+        out(r);
+    }
+
+    fn on_bio(&mut self, t: u64, e: &BioEvent, out: &mut dyn FnMut(BioRecord)) {
+        let at = (e.dev, e.sector);
+        match e.kind {
+            BioKind::Queue => {
+                if let Some(l) = self.lower.find_mut(&at, |l| !l.queued) {
+                    // The clone of a bio above, queued below: not a bio of its own.
+                    l.queued = true;
+                    return;
+                }
+                let io = BioIo {
+                    first: t,
+                    op: e.op,
+                    bytes: (e.nr_sector as u64) << 9,
+                    remap: None,
+                    target: None,
+                    lower: Vec::new(),
+                };
+                let mut evicted = Vec::new();
+                self.ios.push(at, io, &mut |k, io| evicted.push((k, io)));
+                for (k, io) in evicted {
+                    self.emit(k, io, None, out);
+                }
+            }
+            BioKind::Remap => {
+                let old = (e.old_dev, e.old_sector);
+                // The bio above: a clone already below a traced bio, or a traced bio.
+                let top = match self.lower.first(&old) {
+                    Some(l) => Some((l.top, l.top_first)),
+                    None => self
+                        .ios
+                        .find_mut(&old, |io| io.remap.is_none())
+                        .map(|io| io.first)
+                        .or_else(|| self.ios.first(&old).map(|io| io.first))
+                        .map(|f| (old, f)),
+                };
+                let Some((top, first)) = top else {
+                    return;
+                };
+                let Some(io) = self.ios.find_mut(&top, |io| io.first == first) else {
+                    return;
+                };
+                io.remap.get_or_insert(t);
+                io.target = Some(at);
+                io.lower.push(at);
+                let l = Lower {
+                    t,
+                    top,
+                    top_first: first,
+                    queued: false,
+                };
+                self.lower.push(at, l, &mut |_, _| {});
+            }
+            BioKind::Complete => {
+                if self.lower.take_where(&at, |l| l.queued).is_some() {
+                    // A clone below completed; the bio above completes on its own.
+                    return;
+                }
+                let Some((io, held)) = self.ios.take(&at) else {
+                    self.counters.unmatched += 1;
+                    return;
+                };
+                if held > 1 {
+                    self.counters.ambiguous += 1;
+                }
+                self.emit(at, io, Some((t, e.error)), out);
+            }
+        }
+        self.counters.in_flight = self.ios.len() as u64;
+    }
+}
+
+impl Correlator for BioCorrelator {
+    type Event = BioEvent;
+    type Record = BioRecord;
+
+    fn on_event(&mut self, ev: &Event<BioEvent>, out: &mut dyn FnMut(BioRecord)) {
+        self.on_bio(ev.time, &ev.kind, out);
+    }
+
+    fn finish(&mut self, out: &mut dyn FnMut(BioRecord)) {
+        let mut left = Vec::new();
+        self.ios.drain_all(&mut |k, io| left.push((k, io)));
+        for (k, io) in left {
+            self.emit(k, io, None, out);
+        }
+        self.lower.clear();
+        self.counters.in_flight = 0;
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters
+    }
+}
+
+fn opt(v: Option<u64>) -> Value<'static> {
+    v.map_or(Value::Empty, Value::U64)
+}
+
+const fn col(
+    name: &'static str,
+    role: Role,
+    kind: Kind,
+    get: fn(&BioRecord) -> Value<'_>,
+) -> Column<BioRecord> {
+    Column {
+        name,
+        role,
+        kind,
+        get,
+    }
+}
+
+static COLUMNS: &[Column<BioRecord>] = &[
+    col("start_time", Role::StartTime, Kind::Timestamp, |r| {
+        Value::Time(r.start_ns)
+    }),
+    col("start_ns", Role::Value, Kind::U64, |r| {
+        Value::U64(r.start_ns)
+    }),
+    col("device", Role::Label, Kind::Text, |r| Value::Str(&r.device)),
+    col("dev", Role::Value, Kind::Text, |r| Value::Dev(r.dev)),
+    col("op", Role::Label, Kind::Text, |r| Value::Str(r.op.as_str())),
+    col("sector", Role::Value, Kind::U64, |r| Value::U64(r.sector)),
+    col("bytes", Role::Value, Kind::U64, |r| Value::U64(r.bytes)),
+    col("target", Role::Label, Kind::Text, |r| {
+        r.target.as_ref().map_or(Value::Empty, |t| Value::Str(&t.0))
+    }),
+    col("target_dev", Role::Value, Kind::Text, |r| {
+        r.target.as_ref().map_or(Value::Empty, |t| Value::Dev(t.1))
+    }),
+    col("target_sector", Role::Value, Kind::U64, |r| {
+        opt(r.target.as_ref().map(|t| t.2))
+    }),
+    col("q2r_ns", Role::Stage, Kind::U64, |r| opt(r.q2r_ns)),
+    col("r2c_ns", Role::Stage, Kind::U64, |r| opt(r.r2c_ns)),
+    col("q2c_ns", Role::Stage, Kind::U64, |r| opt(r.q2c_ns)),
+    col("error", Role::Value, Kind::I64, |r| {
+        Value::I64(r.error as i64)
+    }),
+    col("status", Role::Status, Kind::Text, |r| {
+        Value::Str(r.status.as_str())
+    }),
+];
+
+impl Tabled for BioRecord {
+    const PROFILE: &'static str = "bio";
+    const COLUMNS: &'static [Column<Self>] = COLUMNS;
+    fn table() -> &'static Schema {
+        static S: OnceLock<Schema> = OnceLock::new();
+        schema_cell::<Self>(&S)
+    }
+    fn first_ns(&self) -> u64 {
+        self.start_ns
+    }
+    fn outcome(&self) -> Status {
+        self.status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DM: u32 = 253 << 20;
+    const LOOP: u32 = 7 << 20;
+
+    fn ev(time: u64, kind: BioKind, dev: u32, sector: u64, old: (u32, u64)) -> Event<BioEvent> {
+        Event {
+            time,
+            cpu: 0,
+            kind: BioEvent {
+                kind,
+                dev,
+                sector,
+                nr_sector: 8,
+                op: Op::Write,
+                error: 0,
+                old_dev: old.0,
+                old_sector: old.1,
+            },
+        }
+    }
+
+    fn run(events: &[Event<BioEvent>]) -> (Vec<BioRecord>, Counters) {
+        let mut names = HashMap::new();
+        names.insert(DM, "dm-0".to_string());
+        names.insert(LOOP, "loop0".to_string());
+        let mut c = BioCorrelator::new(BioConfig {
+            names,
+            ..Default::default()
+        });
+        let mut out = Vec::new();
+        for e in events {
+            c.on_event(e, &mut |r| out.push(r));
+        }
+        c.finish(&mut |r| out.push(r));
+        (out, c.counters())
+    }
+
+    use BioKind::*;
+
+    #[test]
+    fn a_bio_remapped_to_a_request_based_disk_is_one_row_naming_it() {
+        let (r, c) = run(&[
+            ev(100, Queue, DM, 0, (0, 0)),
+            ev(110, Remap, LOOP, 2048, (DM, 0)),
+            // The clone queued on loop0: request-based, its completion is not traced.
+            ev(112, Queue, LOOP, 2048, (0, 0)),
+            ev(400, Complete, DM, 0, (0, 0)),
+        ]);
+        assert_eq!(r.len(), 1, "{r:?}");
+        let r = &r[0];
+        assert_eq!((&*r.device, r.sector, r.bytes), ("dm-0", 0, 4096));
+        let t = r.target.as_ref().unwrap();
+        assert_eq!((&*t.0, t.2), ("loop0", 2048));
+        assert_eq!(
+            (r.q2r_ns, r.r2c_ns, r.q2c_ns),
+            (Some(10), Some(290), Some(300))
+        );
+        assert_eq!(r.status, Status::Ok);
+        assert_eq!(c.unmatched + c.incomplete, 0);
+    }
+
+    #[test]
+    fn two_levels_name_the_bottom_and_clones_that_complete_are_not_rows() {
+        let dm1 = (253 << 20) | 1;
+        let (r, c) = run(&[
+            ev(100, Queue, dm1, 8, (0, 0)),
+            ev(105, Remap, DM, 16, (dm1, 8)),
+            ev(106, Queue, DM, 16, (0, 0)),
+            ev(110, Remap, LOOP, 2064, (DM, 16)),
+            ev(111, Queue, LOOP, 2064, (0, 0)),
+            ev(300, Complete, DM, 16, (0, 0)),
+            ev(310, Complete, dm1, 8, (0, 0)),
+        ]);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].target.as_ref().map(|t| t.1), Some(LOOP));
+        assert_eq!(r[0].q2c_ns, Some(210));
+        assert_eq!(c, Counters::default());
+    }
+
+    #[test]
+    fn a_bio_based_device_without_remap_has_no_target() {
+        let (r, _) = run(&[
+            ev(10, Queue, DM, 0, (0, 0)),
+            ev(20, Queue, DM, 0, (0, 0)),
+            ev(30, Complete, DM, 0, (0, 0)),
+            ev(45, Complete, DM, 0, (0, 0)),
+            ev(50, Complete, DM, 64, (0, 0)),
+        ]);
+        assert_eq!(r.len(), 2);
+        assert!(r.iter().all(|r| r.target.is_none() && r.q2r_ns.is_none()));
+        assert_eq!((r[0].q2c_ns, r[1].q2c_ns), (Some(20), Some(25)));
+        let cells = crate::testutil::cells(&r[0]);
+        assert_eq!(cells[5], "", "no target: an empty cell");
+    }
+
+    #[test]
+    fn counts_unmatched_ambiguous_and_incomplete() {
+        let (r, c) = run(&[
+            ev(5, Complete, DM, 99, (0, 0)),
+            ev(10, Queue, DM, 0, (0, 0)),
+            ev(11, Queue, DM, 0, (0, 0)),
+            ev(20, Complete, DM, 0, (0, 0)),
+        ]);
+        assert_eq!((c.unmatched, c.ambiguous, c.incomplete), (1, 1, 1));
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[1].status, Status::Incomplete);
+    }
+}

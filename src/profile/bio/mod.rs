@@ -1,0 +1,118 @@
+//! The bio profile: bio-level latency of stacked and bio-based devices
+//! (device-mapper: LVM, dm-crypt; md RAID; zram), `block:block_bio_queue` →
+//! `block:block_bio_complete`, with `block:block_bio_remap` naming the device each
+//! bio went to, so a row on `dm-0` says which disk served it.
+//!
+//! Only bio-based devices complete bios in the trace (a request-based disk's bios
+//! complete inside its requests: the block profile's rows), so this profile traces
+//! the bio-based devices present at start, or those `--device` names.
+
+pub mod correlate;
+pub mod events;
+
+use super::{EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
+use crate::device::BlockDevice;
+use crate::filter::Filter;
+use crate::profile::block::{device_arg, devices};
+use crate::record::{Schema, Tabled};
+use correlate::{BioConfig, BioCorrelator, BioRecord};
+use std::path::Path;
+
+pub struct Bio;
+
+const EVENTS: &[EventReq] = &[
+    EventReq {
+        system: "block",
+        event: "block_bio_queue",
+        required: true,
+        hint: BLOCK_HINT,
+    },
+    EventReq {
+        system: "block",
+        event: "block_bio_complete",
+        required: true,
+        hint: BLOCK_HINT,
+    },
+    // Optional: names the device below; without it rows have no target.
+    EventReq {
+        system: "block",
+        event: "block_bio_remap",
+        required: false,
+        hint: BLOCK_HINT,
+    },
+];
+
+/// Whether a disk completes bios itself (no blk-mq request queue: no `mq` in sysfs).
+fn bio_based(name: &str) -> bool {
+    let dir = Path::new("/sys/class/block").join(name);
+    dir.is_dir() && !dir.join("mq").exists()
+}
+
+impl Profile for Bio {
+    fn name(&self) -> &'static str {
+        "bio"
+    }
+
+    fn about(&self) -> &'static str {
+        "bios of stacked and bio-based devices (dm, md, zram): queue → complete, and the disk below"
+    }
+
+    fn events(&self) -> &'static [EventReq] {
+        EVENTS
+    }
+
+    fn schema(&self) -> &'static Schema {
+        BioRecord::table()
+    }
+
+    fn args(&self) -> Vec<clap::Arg> {
+        vec![device_arg()]
+    }
+
+    fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {
+        ctx.require(|_| true)?;
+        let mut b = PlanBuilder::new(ctx.tfs);
+        let names = ctx.sys.names();
+        let asked = devices(ctx, &mut b)?;
+        let devs: Vec<u32> = if asked.is_empty() {
+            let mut v: Vec<u32> = names
+                .iter()
+                .filter(|(_, n)| bio_based(n))
+                .map(|(d, _)| *d)
+                .collect();
+            v.sort_unstable();
+            v
+        } else {
+            if let Some(d) = asked.iter().find(|d| !bio_based(&d.name)) {
+                return Err(PlanError::Flag {
+                    flag: format!("--device {}", d.name),
+                    why: "a request-based disk: the kernel traces its completions per request, not per bio; use --profile block for it, or name the stacked device above it (dm-0, md0)".into(),
+                });
+            }
+            asked.iter().map(BlockDevice::kernel_dev).collect()
+        };
+        if devs.is_empty() {
+            return Err(PlanError::Flag {
+                flag: "--profile bio".into(),
+                why: "no bio-based block device (device-mapper, md, zram) on this host now; for disks use --profile block".into(),
+            });
+        }
+        let v: Vec<u64> = devs.iter().map(|&d| d as u64).collect();
+        for e in EVENTS.iter().filter(|e| ctx.has(e.system, e.event)) {
+            // A remap leaves the traced device: it is selected by where it came from.
+            let field = if e.event == "block_bio_remap" {
+                "old_dev"
+            } else {
+                "dev"
+            };
+            let filter = Filter::one_of(field, &v);
+            b.open(e.system, e.event, filter, |fmt| {
+                events::layout(fmt, e.system, e.event)
+            })?;
+        }
+        Ok(b.build(BioCorrelator::new(BioConfig {
+            names,
+            ..Default::default()
+        })))
+    }
+}

@@ -1,0 +1,166 @@
+//! The bio profile on the real kernel: a zram device (bio-based: the kernel traces
+//! its bios' completions) driven by direct dd I/O, and what `record`, `stat` and
+//! `report` say about it. The device-mapper stack (dm-linear over a loop device, with
+//! remaps) is proven in the VM (`tests/vm_nvme.rs`), since a host kernel may lack
+//! device-mapper.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+/// A zram device made for one test (`hot_add`), removed when dropped.
+struct Zram {
+    id: String,
+    dev: String,
+}
+
+impl Zram {
+    fn new(mib: u32) -> Option<Zram> {
+        let ctl = Path::new("/sys/class/zram-control/hot_add");
+        if !ctl.exists() {
+            let _ = Command::new("modprobe").arg("zram").status();
+        }
+        let id = std::fs::read_to_string(ctl).ok()?.trim().to_string();
+        let size = Path::new("/sys/block").join(format!("zram{id}/disksize"));
+        std::fs::write(&size, format!("{mib}M")).ok()?;
+        Some(Zram {
+            dev: format!("/dev/zram{id}"),
+            id,
+        })
+    }
+
+    fn name(&self) -> String {
+        format!("zram{}", self.id)
+    }
+}
+
+impl Drop for Zram {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/sys/class/zram-control/hot_remove", &self.id);
+    }
+}
+
+fn zram(test: &str) -> Option<Zram> {
+    if !kernel_ready(test) {
+        return None;
+    }
+    let z = Zram::new(64);
+    if z.is_none() {
+        let msg =
+            format!("{test}: no zram (CONFIG_ZRAM) on this kernel: cannot make a bio-based device");
+        if std::env::var("NTPROF_REQUIRE_KERNEL").as_deref() == Ok("1") {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED {msg}");
+    }
+    z
+}
+
+#[test]
+fn bio_rows_equal_the_bios_dd_issued() {
+    let Some(z) = zram("bio_rows_equal_the_bios_dd_issued") else {
+        return;
+    };
+    let csv = tmp("bio-zram.csv");
+    let of = format!("of={}", z.dev);
+    let out = run_ok(
+        Command::new(bin())
+            .args(["record", "--profile", "bio", "--device", &z.name(), "-o"])
+            .arg(&csv)
+            .args(["--", "dd", "if=/dev/zero", &of, "bs=4k", "count=150"])
+            .args(["oflag=direct", "status=none"]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("150 I/Os written"), "{err}");
+    assert_clean("bio record", &err);
+    let rows = read_csv(&csv);
+    assert_eq!(rows.len(), 150, "one row per bio dd wrote");
+    let mut sectors: Vec<u64> = rows.iter().map(|r| num(r, "sector")).collect();
+    sectors.sort();
+    assert_eq!(sectors, (0..150).map(|i| i * 8).collect::<Vec<u64>>());
+    for r in &rows {
+        assert_eq!(r["device"], z.name());
+        assert_eq!((r["op"].as_str(), r["bytes"].as_str()), ("write", "4096"));
+        assert_eq!(r["status"], "ok");
+        assert_eq!(r["target"], "", "zram remaps nothing: no target");
+        assert!(num(r, "q2c_ns") > 0, "{r:?}");
+    }
+
+    // stat and report count the same bios, grouped by device, target and op.
+    let sin = format!("if={}", z.dev);
+    let st = run_ok(
+        Command::new(bin())
+            .args([
+                "stat",
+                "--profile",
+                "bio",
+                "-d",
+                &z.name(),
+                "--interval",
+                "0",
+            ])
+            .args(["--", "dd", &sin, "of=/dev/null", "bs=64k", "count=40"])
+            .args(["iflag=direct", "status=none"]),
+    );
+    let text = String::from_utf8_lossy(&st.stdout);
+    assert_eq!(
+        table_count(&text, &[&z.name(), "read"], "q2c"),
+        Some(40),
+        "{text}"
+    );
+    let rep = run_ok(Command::new(bin()).arg("report").arg(&csv));
+    let rep = String::from_utf8_lossy(&rep.stdout);
+    assert!(rep.contains("profile bio, 150 rows"), "{rep}");
+    assert_eq!(
+        table_count(&rep, &[&z.name(), "write"], "q2c"),
+        Some(150),
+        "{rep}"
+    );
+    let _ = std::fs::remove_file(csv);
+}
+
+#[test]
+fn request_based_disks_are_refused_with_what_to_use() {
+    if !kernel_ready("request_based_disks_are_refused_with_what_to_use") {
+        return;
+    }
+    let l = LoopDev::new("bio-refuse", 16);
+    let out = Command::new(bin())
+        .args([
+            "record",
+            "--profile",
+            "bio",
+            "-d",
+            &l.name,
+            "--duration",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("request-based") && err.contains("--profile block"),
+        "{err}"
+    );
+    // A flag of another profile is refused, naming who takes it.
+    let out = Command::new(bin())
+        .args([
+            "record",
+            "--profile",
+            "bio",
+            "--qid",
+            "1",
+            "--duration",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--qid does not apply to the bio profile"),
+        "{err}"
+    );
+}

@@ -1,0 +1,88 @@
+//! The bio profile on a real device-mapper stack, and hot sectors on real NVMe/TCP:
+//! boots the VM rig, runs tests/vm/guest/stacked.sh there, then checks on the host
+//! that every I/O fio issued is exactly one row.
+//!
+//! - bio: a dm-linear target over a loop device: each bio submitted to `dm-N` is one
+//!   row naming the loop device it was remapped to, at the linear table's offset.
+//! - hot sectors: two fio jobs at QD 32 reading a 64 KiB region (16 blocks), so many
+//!   requests to one sector are in flight at once: rows still equal fio's count and
+//!   nothing is unmatched (nvme; nvme-tcp with complete chains on the patched kernel).
+//!
+//! Runs only with `NTPROF_VM=1` (CI sets it).
+
+mod common;
+
+use common::{assert_clean, fio_ios, num, read, read_csv, run_vm, vm_enabled, vm_paths};
+
+const NIOS: u64 = 200;
+
+#[test]
+fn bio_on_dm_linear_and_hot_sectors_in_the_vm() {
+    if !vm_enabled("bio_on_dm_linear_and_hot_sectors_in_the_vm") {
+        return;
+    }
+    let (repo, out, bin) = vm_paths("vm-stacked");
+    let patched = std::env::var("NTPROF_VM_PATCHED").as_deref() == Ok("1");
+    let rig: &[&str] = if patched { &["--patches"] } else { &[] };
+    run_vm(
+        &repo,
+        rig,
+        "tests/vm/guest/stacked.sh",
+        &out,
+        &bin,
+        NIOS as usize,
+    );
+    let o = out.join("stacked");
+    let stack = read(&o.join("stack"));
+    let s: Vec<&str> = stack.split_whitespace().collect();
+    let (dm, lo, offset) = (s[0], s[1], s[2].parse::<u64>().unwrap());
+
+    for (name, op, bs) in [
+        ("bio-randwrite-4k", "write", 4096),
+        ("bio-read-64k", "read", 65536),
+    ] {
+        let err = read(&o.join(format!("{name}.err")));
+        assert_clean(name, &err);
+        let rows = read_csv(&o.join(format!("{name}.csv")));
+        let fio = fio_ios(&o.join(format!("fio-{name}.json")));
+        assert_eq!(fio, NIOS, "{name}: fio's own count");
+        assert_eq!(rows.len() as u64, fio, "{name}: one row per bio fio issued");
+        for r in &rows {
+            assert_eq!((r["device"].as_str(), r["op"].as_str()), (dm, op), "{r:?}");
+            assert_eq!(num(r, "bytes"), bs, "{r:?}");
+            assert_eq!(r["target"], lo, "remapped to the loop device: {r:?}");
+            assert_eq!(num(r, "target_sector"), num(r, "sector") + offset, "{r:?}");
+            assert_eq!(r["status"], "ok");
+            let (q2r, r2c, q2c) = (num(r, "q2r_ns"), num(r, "r2c_ns"), num(r, "q2c_ns"));
+            assert!(r2c > 0 && q2c == q2r + r2c, "{r:?}");
+        }
+        let report = read(&o.join(format!("{name}.report")));
+        assert!(
+            report.contains(&format!("profile bio, {fio} rows")),
+            "{report}"
+        );
+    }
+
+    let mut hot = vec!["hot-nvme"];
+    if patched {
+        hot.push("hot-nvme-tcp");
+    }
+    for name in hot {
+        let err = read(&o.join(format!("{name}.err")));
+        assert_clean(name, &err);
+        let rows = read_csv(&o.join(format!("{name}.csv")));
+        let fio = fio_ios(&o.join(format!("fio-{name}.json")));
+        assert_eq!(fio, 2 * NIOS, "{name}: two jobs");
+        assert_eq!(rows.len() as u64, fio, "{name}: one row per I/O fio issued");
+        assert!(rows.iter().all(|r| r["status"] == "ok"), "{name}");
+        // 16 blocks, 64 requests in flight: the same sector is in flight many times.
+        let mut per: std::collections::HashMap<&str, u64> = Default::default();
+        for r in &rows {
+            *per.entry(r["slba"].as_str()).or_default() += 1;
+        }
+        assert!(per.len() <= 16, "{name}: {per:?}");
+        if name == "hot-nvme-tcp" {
+            assert!(rows.iter().all(|r| r["chain"] == "complete"), "{name}");
+        }
+    }
+}
