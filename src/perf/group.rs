@@ -95,6 +95,8 @@ pub struct PerfGroup {
     rings: Vec<CpuRing>,
     /// (perf id, event index), sorted by id, for a binary search per sample.
     ids: Vec<(u64, usize)>,
+    /// The clock samples are stamped with (`GroupConfig::clockid`).
+    clockid: i32,
 }
 
 impl PerfGroup {
@@ -199,7 +201,24 @@ impl PerfGroup {
             names: cfg.events.iter().map(|e| e.name.clone()).collect(),
             rings,
             ids,
+            clockid: cfg.clockid,
         })
+    }
+
+    /// Now, in ns on the clock the samples are stamped with, so it can be compared with
+    /// sample times (the sorter's release bound is such a reading).
+    pub fn clock_now(&self) -> Result<u64, PerfError> {
+        let ts =
+            nix::time::clock_gettime(nix::time::ClockId::from_raw(self.clockid)).map_err(|e| {
+                PerfError::Clock {
+                    clockid: self.clockid,
+                    source: e.into(),
+                }
+            })?;
+        // CLOCK_MONOTONIC and friends are never negative; clamp rather than wrap if one were.
+        let secs = u64::try_from(ts.tv_sec()).unwrap_or(0);
+        let nanos = u64::try_from(ts.tv_nsec()).unwrap_or(0);
+        Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
     }
 
     /// Starts recording on every event and CPU.

@@ -99,6 +99,8 @@ pub enum PerfError {
     NoEvents,
     #[error("no CPUs to open events on")]
     NoCpus,
+    #[error("reading clock {clockid} (the clock samples are stamped with) failed: {source}")]
+    Clock { clockid: i32, source: io::Error },
     #[error("poll on the perf rings failed: {0}")]
     Poll(io::Error),
     #[error("reading the online CPU list {path}: {source}")]
