@@ -15,8 +15,8 @@ mod sys;
 use std::io;
 
 pub use group::{
-    online_cpus, parse_cpu_list, DrainStats, EventSpec, GroupConfig, PerfGroup, DEFAULT_MMAP_PAGES,
-    DEFAULT_WAKEUP_FRACTION,
+    fds_needed, nofile_target, online_cpus, parse_cpu_list, raise_nofile, DrainStats, EventSpec,
+    GroupConfig, NofileLimit, PerfGroup, DEFAULT_MMAP_PAGES, DEFAULT_WAKEUP_FRACTION, FD_MARGIN,
 };
 pub use record::{parse_record, Record, RecordError, Sample};
 pub use ring::{Ring, RingError, WalkStats};
@@ -44,6 +44,35 @@ pub enum PerfError {
         event: String,
         tracefs_id: u64,
         cpu: u32,
+        source: io::Error,
+    },
+    #[error(
+        "perf_event_open of {event} on CPU {cpu} failed: out of file descriptors (EMFILE). \
+         This run holds one per event per CPU, about {needed} with the margin, and \
+         RLIMIT_NOFILE is {soft} (hard limit {hard}); ntprof-perf raises the soft limit up to \
+         the hard one by itself, so raise the hard limit (`ulimit -Hn {needed}` as root, or \
+         LimitNOFILE= for a service) or trace fewer events (another profile, or for \
+         nvme-tcp one --side)"
+    )]
+    TooManyOpenFiles {
+        event: String,
+        cpu: u32,
+        /// Descriptors the whole group needs ([`group::fds_needed`]).
+        needed: u64,
+        /// RLIMIT_NOFILE when the open failed.
+        soft: u64,
+        hard: u64,
+        source: io::Error,
+    },
+    #[error(
+        "perf_event_open of {event} on CPU {cpu} failed: the system-wide file table is full \
+         (ENFILE); this run needs about {needed} descriptors: raise `sysctl fs.file-max` \
+         or close other programs' files, or trace fewer events"
+    )]
+    SystemFileTableFull {
+        event: String,
+        cpu: u32,
+        needed: u64,
         source: io::Error,
     },
     #[error("perf_event_open of {event} on CPU {cpu} failed: {source}")]
