@@ -19,7 +19,7 @@ pub use group::{
     GroupConfig, NofileLimit, PerfGroup, DEFAULT_MMAP_PAGES, DEFAULT_WAKEUP_FRACTION, FD_MARGIN,
 };
 pub use record::{parse_record, Record, RecordError, Sample};
-pub use ring::{Ring, RingError, WalkStats};
+pub use ring::{walk_ring_bytes, Ring, RingError, WalkStats};
 
 /// Errors of the perf stage. Each names the event and CPU it concerns and, where the fix is
 /// known, says what to do.
