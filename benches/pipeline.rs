@@ -85,19 +85,18 @@ fn main() {
     let mut d2c_sum = 0u64;
     let mut pos = [0usize; CPUS];
     let start = Instant::now();
-    loop {
-        let mut any = false;
+    // A replay's clock: no sample still to be fed is older than the oldest unread head.
+    while let Some(now) = streams
+        .iter()
+        .zip(&pos)
+        .filter_map(|(s, &p)| s.get(p).map(|(t, _)| *t))
+        .min()
+    {
+        pipe.begin_round(now);
         for (cpu, s) in streams.iter().enumerate() {
             let end = (pos[cpu] + ROUND).min(s.len());
-            let mut newest = None;
             for (t, raw) in &s[pos[cpu]..end] {
-                if let Some(t) = pipe.sample(*t, cpu as u32, raw) {
-                    newest = Some(t);
-                }
-            }
-            if let Some(t) = newest {
-                pipe.ring_drained(t);
-                any = true;
+                pipe.sample(*t, cpu as u32, raw);
             }
             pos[cpu] = end;
         }
@@ -105,9 +104,6 @@ fn main() {
             records += 1;
             d2c_sum += r.d2c_ns.unwrap_or(0);
         });
-        if !any {
-            break;
-        }
     }
     pipe.finish(&mut |r| {
         records += 1;

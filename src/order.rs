@@ -3,14 +3,37 @@
 //! # The ordering rule
 //! Each CPU's ring is in time order, but there is no order between rings: the completion
 //! of an I/O can be read from CPU 1 before its issue is read from CPU 0. The sorter keeps
-//! one FIFO per source (CPU) and releases events behind a *watermark*: after a full drain
-//! round (every ring read up to its head), every ring that produced data has told us the
-//! newest time it holds; an event older than the smallest of those newest times can no
-//! longer be overtaken by an event still unread in one of those rings, so it is released.
-//! Rings that were empty in the round do not hold the watermark back (a quiet CPU must
-//! not stall the output), which leaves a window of microseconds in which an event being
-//! written while we drain can arrive late; such events are still released, in time
-//! order among what is held, and [`Sorter::late`] counts them so the disorder is
+//! one FIFO per source (CPU) and releases events behind a *bound* that no unread sample
+//! can undercut, taken from the clock rather than from what the rings happened to hold:
+//!
+//! * A drain round starts with [`Sorter::begin_round`]: the caller reads the recording
+//!   clock (`T_N`, CLOCK_MONOTONIC, the clock the samples are stamped with) *before*
+//!   reading any ring, then reads every ring up to its head.
+//! * [`Sorter::end_round`] of round `N` releases, oldest first, exactly the events with
+//!   time `< T_(N-1)`, the clock read at the start of the *previous* round (perf's
+//!   one-round lag, `OE_FLUSH__ROUND` in `tools/perf/util/ordered-events.c`). The first
+//!   round releases nothing.
+//!
+//! Why that bound holds: the kernel stamps a sample *before* it reserves ring space,
+//! copies the record and publishes `data_head`. A sample stamped `t < T_(N-1)` sits in a
+//! ring that was read twice after `T_(N-1)` (in rounds `N-1` and `N`). If it was still
+//! not visible at the second read, its write lasted from before `T_(N-1)` until after
+//! `T_N`: longer than a whole round (every ring read, decode, correlate, the sinks and the
+//! poll wait in between). Tracepoint samples are written with preemption disabled, so
+//! only interrupts, NMIs or a stalled vCPU can stretch a write that far.
+//!
+//! Why not `T_N` itself: a sample stamped just before `T_N` may still be mid-write when
+//! its ring is read a few nanoseconds after `T_N`. At full rate some CPU is almost always
+//! writing one, so that bound would be overtaken every few rounds. Why not the newest
+//! time each ring held (the rule this replaced): a ring read empty says nothing about the
+//! sample its CPU is writing at that moment, which then arrives after younger events from
+//! other CPUs were released.
+//!
+//! The cost of the lag: events are held for one to two rounds; memory follows the event
+//! rate times the round length, and the live loop keeps rounds short (a ring wakes the
+//! reader when a fraction of it is full). Residual disorder (a write stretched past a
+//! whole round, or a replay that feeds an older event after a newer bound) is still
+//! delivered, in time order among what is held, and [`Sorter::late`] counts it so it is
 //! visible. At the end, [`Sorter::flush`] releases everything.
 //!
 //! Release is a k-way merge over the sources' FIFOs (a heap of their head times), so an
@@ -25,8 +48,10 @@ use std::collections::{BinaryHeap, VecDeque};
 pub struct Sorter<T> {
     /// Per source (CPU), events in time order.
     queues: Vec<VecDeque<(u64, T)>>,
-    /// Newest time pushed in the current round, over the rings that had data.
-    round_min_newest: Option<u64>,
+    /// Clock read at the start of the current round.
+    round_start: Option<u64>,
+    /// Clock read at the start of the previous round: what `end_round` releases below.
+    bound: Option<u64>,
     released_up_to: u64,
     late: u64,
     held: usize,
@@ -37,7 +62,8 @@ impl<T> Default for Sorter<T> {
     fn default() -> Self {
         Sorter {
             queues: Vec::new(),
-            round_min_newest: None,
+            round_start: None,
+            bound: None,
             released_up_to: 0,
             late: 0,
             held: 0,
@@ -79,17 +105,20 @@ impl<T> Sorter<T> {
         self.max_held = self.max_held.max(self.held);
     }
 
-    /// Tell the sorter that one ring was drained in this round and the newest event it
-    /// produced had `newest` as time. Call only for rings that produced events.
-    pub fn ring_drained(&mut self, newest: u64) {
-        self.round_min_newest = Some(self.round_min_newest.map_or(newest, |m| m.min(newest)));
+    /// Start a drain round. `now` is the recording clock read before any ring of this
+    /// round is read (see the module doc). A clock that goes back (a replay that feeds
+    /// odd times) never lowers the bound.
+    pub fn begin_round(&mut self, now: u64) {
+        let now = self.round_start.map_or(now, |prev| prev.max(now));
+        self.bound = self.round_start.replace(now);
     }
 
-    /// End a drain round: release every event older than the watermark, oldest first.
+    /// End a drain round: release, oldest first, every event older than the clock read at
+    /// the start of the previous round.
     pub fn end_round(&mut self, mut out: impl FnMut(u64, T)) {
-        if let Some(mark) = self.round_min_newest.take() {
-            self.release(Some(mark), &mut out);
-            self.released_up_to = self.released_up_to.max(mark);
+        if let Some(bound) = self.bound {
+            self.release(Some(bound), &mut out);
+            self.released_up_to = self.released_up_to.max(bound);
         }
     }
 
@@ -122,7 +151,8 @@ impl<T> Sorter<T> {
         }
     }
 
-    /// Events that arrived older than something already released.
+    /// Events that arrived older than a bound already released: the bound was undercut,
+    /// so a younger event may have gone out before them.
     pub fn late(&self) -> u64 {
         self.late
     }
@@ -147,28 +177,71 @@ mod tests {
         v
     }
 
+    fn flush(s: &mut Sorter<&'static str>) -> Vec<(u64, &'static str)> {
+        let mut v = Vec::new();
+        s.flush(|t, x| v.push((t, x)));
+        v
+    }
+
     #[test]
     fn completion_read_from_another_cpu_before_its_issue() {
         let mut s = Sorter::new();
-        // Round 1: CPU 1 is drained first and holds the completion (t=200); CPU 0,
-        // drained second, holds the issue (t=100) and a later event (t=150).
+        // Round 1 starts at 90. CPU 1 is read first and holds the completion (t=200);
+        // CPU 0, read second, the issue (t=100) and a later event (t=150).
+        s.begin_round(90);
         s.push(1, 200, "complete@cpu1");
-        s.ring_drained(200);
         s.push(0, 100, "issue@cpu0");
         s.push(0, 150, "other@cpu0");
-        s.ring_drained(150);
-        // Only what is older than min(200, 150) may go: the issue.
-        assert_eq!(drain(&mut s), vec![(100, "issue@cpu0")]);
-        // Round 2: CPU 0 produces t=300; now 150 and 200 are safe, in time order.
+        assert!(drain(&mut s).is_empty(), "the first round has no bound yet");
+        // Round 2 starts at 160: only what is older than round 1's start (90) may go.
+        s.begin_round(160);
+        assert!(drain(&mut s).is_empty());
+        // Round 3 starts at 400: everything older than 160, in time order.
+        s.begin_round(400);
         s.push(0, 300, "next@cpu0");
-        s.ring_drained(300);
         assert_eq!(
             drain(&mut s),
-            vec![(150, "other@cpu0"), (200, "complete@cpu1")]
+            vec![(100, "issue@cpu0"), (150, "other@cpu0")]
         );
-        let mut rest = Vec::new();
-        s.flush(|t, x| rest.push((t, x)));
-        assert_eq!(rest, vec![(300, "next@cpu0")]);
+        s.begin_round(500);
+        assert_eq!(
+            drain(&mut s),
+            vec![(200, "complete@cpu1"), (300, "next@cpu0")]
+        );
+        assert!(flush(&mut s).is_empty());
+        assert_eq!(s.late(), 0);
+    }
+
+    /// The race of issue 10: CPU 0's ring is read empty in round N while CPU 0 is writing
+    /// a sample stamped before the round began; it becomes visible in round N+1, after
+    /// CPU 1's younger events were read in round N. It must still come out first.
+    #[test]
+    fn a_sample_still_being_written_when_its_ring_was_read_empty_is_not_overtaken() {
+        let mut s = Sorter::new();
+        s.begin_round(600);
+        s.push(1, 500, "warm-up@cpu1");
+        assert!(drain(&mut s).is_empty());
+        // Round N starts at 1000. CPU 0 stamped a sample at 990 and is still copying it:
+        // its ring reads empty. CPU 1 holds 1003 and 1005.
+        s.begin_round(1000);
+        s.push(1, 1003, "complete@cpu1");
+        s.push(1, 1005, "next@cpu1");
+        // Under the old rule (newest time of the rings that had data) 1003 went out here.
+        assert_eq!(drain(&mut s), vec![(500, "warm-up@cpu1")]);
+        // Round N+1: CPU 0's sample is now visible.
+        s.begin_round(2000);
+        s.push(0, 990, "issue@cpu0");
+        s.push(1, 1500, "later@cpu1");
+        assert_eq!(drain(&mut s), vec![(990, "issue@cpu0")]);
+        s.begin_round(3000);
+        assert_eq!(
+            drain(&mut s),
+            vec![
+                (1003, "complete@cpu1"),
+                (1005, "next@cpu1"),
+                (1500, "later@cpu1")
+            ]
+        );
         assert_eq!(s.late(), 0);
     }
 
@@ -177,23 +250,46 @@ mod tests {
         let mut s = Sorter::new();
         s.push(0, 5, "a");
         s.push(0, 5, "b");
-        assert!(drain(&mut s).is_empty(), "no ring reported: no watermark");
-        s.ring_drained(6);
+        assert!(drain(&mut s).is_empty(), "no round began: no bound");
+        s.begin_round(6);
+        assert!(drain(&mut s).is_empty(), "one round: still no bound");
+        s.begin_round(7);
         assert_eq!(drain(&mut s), vec![(5, "a"), (5, "b")]);
     }
 
     #[test]
-    fn late_events_are_counted_and_still_delivered() {
+    fn the_bound_is_strict_and_never_goes_back() {
         let mut s = Sorter::new();
-        s.push(0, 100, "x");
+        s.begin_round(100);
+        s.push(0, 99, "a");
+        s.push(0, 100, "b");
+        s.begin_round(50); // a clock that went back must not lower the bound
+        assert_eq!(drain(&mut s), vec![(99, "a")], "100 is not older than 100");
+        s.begin_round(40);
+        assert!(drain(&mut s).is_empty(), "the bound stays at 100");
+        s.push(0, 99, "late");
+        assert_eq!(s.late(), 1, "99 is below the bound 100 already released");
+        s.begin_round(150);
+        s.begin_round(160);
+        assert_eq!(drain(&mut s), vec![(99, "late"), (100, "b")]);
+    }
+
+    #[test]
+    fn a_write_longer_than_a_round_is_counted_late_and_still_delivered() {
+        let mut s = Sorter::new();
+        s.begin_round(100);
+        s.push(0, 120, "x");
         s.push(1, 150, "z");
-        s.ring_drained(150);
-        assert_eq!(drain(&mut s), vec![(100, "x")]);
-        s.push(0, 50, "late");
+        s.begin_round(200);
+        assert!(drain(&mut s).is_empty());
+        s.begin_round(300);
+        assert_eq!(drain(&mut s), vec![(120, "x"), (150, "z")]);
+        // Stamped at 180 (before round 2 began at 200) but visible only now.
+        s.push(0, 180, "late");
         assert_eq!(s.late(), 1);
-        let mut rest = Vec::new();
-        s.flush(|t, x| rest.push((t, x)));
-        assert_eq!(rest, vec![(50, "late"), (150, "z")]);
+        s.push(1, 250, "fine");
+        assert_eq!(s.late(), 1, "250 is above the released bound 200");
+        assert_eq!(flush(&mut s), vec![(180, "late"), (250, "fine")]);
         assert_eq!(s.max_held(), 2);
     }
 
@@ -205,10 +301,8 @@ mod tests {
         s.push(3, 20, "b"); // nested context: older than the ring's last event
         s.push(0, 15, "x");
         s.push(9, 25, "y");
-        let mut v = Vec::new();
-        s.flush(|t, x| v.push((t, x)));
         assert_eq!(
-            v,
+            flush(&mut s),
             vec![(10, "a"), (15, "x"), (20, "b"), (25, "y"), (30, "c")]
         );
         assert_eq!(s.held(), 0);
@@ -222,5 +316,68 @@ mod tests {
         let mut n = 0;
         s.flush(|_, _| n += 1);
         assert_eq!(n, 1);
+    }
+
+    /// A model of the live loop: CPUs stamp samples at random times and publish each one
+    /// up to `max_write` ns later (in ring order); the reader reads the clock, then the
+    /// rings one after the other, each read seeing what was published by then, and waits
+    /// between rounds. Whenever a write is shorter than a round, the output must be in
+    /// global time order with nothing late, whatever the interleaving.
+    #[test]
+    fn simulated_rings_with_slow_writes_come_out_in_time_order() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n.max(1)
+        };
+        let mut total_released = 0usize;
+        for _case in 0..200 {
+            let cpus = 2 + rnd(3) as usize;
+            let max_write = 1 + rnd(2_000);
+            // Per CPU: (stamp, publish) in ring order; publish is monotone per ring.
+            let mut rings: Vec<Vec<(u64, u64)>> = Vec::new();
+            for _ in 0..cpus {
+                let (mut t, mut p) = (rnd(1_000), 0u64);
+                let mut ring = Vec::new();
+                for _ in 0..400 {
+                    t += rnd(40);
+                    p = p.max(t + rnd(max_write));
+                    ring.push((t, p));
+                }
+                rings.push(ring);
+            }
+            let mut s = Sorter::new();
+            let mut pos = vec![0usize; cpus];
+            let mut now = 0u64;
+            let mut out = Vec::new();
+            while pos.iter().zip(&rings).any(|(&i, r)| i < r.len()) {
+                s.begin_round(now);
+                for (cpu, ring) in rings.iter().enumerate() {
+                    now += 1 + rnd(50);
+                    while let Some(&(t, p)) = ring.get(pos[cpu]) {
+                        if p > now {
+                            break;
+                        }
+                        s.push(cpu as u32, t, (cpu, t));
+                        pos[cpu] += 1;
+                        now += rnd(3); // decoding costs time too
+                    }
+                }
+                s.end_round(|t, _| out.push(t));
+                // The poll wait: at least one write's length, so a round outlasts a write.
+                now += max_write + rnd(3 * max_write);
+            }
+            s.flush(|t, _| out.push(t));
+            assert_eq!(out.len(), cpus * 400);
+            assert!(
+                out.windows(2).all(|w| w[0] <= w[1]),
+                "released out of time order (cpus {cpus}, max_write {max_write})"
+            );
+            assert_eq!(s.late(), 0, "cpus {cpus}, max_write {max_write}");
+            total_released += out.len();
+        }
+        assert!(total_released >= 200 * 2 * 400);
     }
 }

@@ -50,12 +50,14 @@ impl<C: Correlator> Pipeline<C> {
         }
     }
 
-    /// A ring that produced events was drained; `newest` is its last event's time.
-    pub fn ring_drained(&mut self, newest: u64) {
-        self.sorter.ring_drained(newest);
+    /// Start of a drain round: `now` is the recording clock, read before any ring of the
+    /// round is read. A replay passes a time no sample still to be fed is older than.
+    pub fn begin_round(&mut self, now: u64) {
+        self.sorter.begin_round(now);
     }
 
-    /// End of a drain round: correlate what the watermark released.
+    /// End of a drain round: correlate what the sorter released (everything older than
+    /// the start of the previous round, see `order`).
     pub fn end_round(&mut self, out: &mut dyn FnMut(C::Record)) {
         let corr = &mut self.corr;
         self.sorter.end_round(|_, ev| corr.on_event(&ev, out));
@@ -88,7 +90,8 @@ impl<C: Correlator> Pipeline<C> {
 /// `&dyn IoRecord`, described by their column table.
 pub trait Stages {
     fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64>;
-    fn ring_drained(&mut self, newest: u64);
+    /// A drain round starts: `now` was read from the sample clock before any ring.
+    fn begin_round(&mut self, now: u64);
     /// Records that could not be parsed out of a ring (counted with the bad records).
     fn bad_records(&mut self, n: u64);
     fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
@@ -101,8 +104,8 @@ impl<C: Correlator> Stages for Pipeline<C> {
     fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64> {
         Pipeline::sample(self, time, cpu, raw)
     }
-    fn ring_drained(&mut self, newest: u64) {
-        Pipeline::ring_drained(self, newest)
+    fn begin_round(&mut self, now: u64) {
+        Pipeline::begin_round(self, now)
     }
     fn bad_records(&mut self, n: u64) {
         self.bad_records += n;
@@ -181,7 +184,7 @@ pub fn run_live(
         group.wait(wait)?;
         if let Err(e) = drain_round(group, pipe, sink) {
             let _ = group.disable();
-            return Err(e.into());
+            return Err(e);
         }
         if let (Some(t), Some(next)) = (opts.tick, next_tick) {
             if Instant::now() >= next {
@@ -221,24 +224,21 @@ fn drain_round(
     group: &mut PerfGroup,
     pipe: &mut dyn Stages,
     sink: &mut dyn RecordSink,
-) -> Result<(), SinkError> {
+) -> Result<(), RunError> {
+    // Before any ring is read: every sample stamped earlier is either visible in this
+    // round's reads or still being written (the sorter's bound lags one round for those).
+    pipe.begin_round(group.clock_now()?);
     for ring in 0..group.ring_count() {
-        let mut newest = None;
         let stats = group.drain_ring(ring, |rec| {
             if let Record::Sample(s) = rec {
-                if let Some(t) = pipe.sample(s.time, s.cpu, s.raw) {
-                    newest = Some(t);
-                }
+                pipe.sample(s.time, s.cpu, s.raw);
             }
         });
         // A ring walk that hit a corrupt size resynchronised at the head and skipped
         // what it could not parse: count it with the bad records, never silently.
         pipe.bad_records(stats.malformed + u64::from(stats.ring_error.is_some()));
-        if let Some(t) = newest {
-            pipe.ring_drained(t);
-        }
     }
     let mut first_err = None;
     pipe.end_round(&mut |r| deliver(sink, r, &mut first_err));
-    first_err.map_or(Ok(()), Err)
+    first_err.map_or(Ok(()), |e| Err(e.into()))
 }

@@ -21,6 +21,49 @@ pub const DEFAULT_MMAP_PAGES: usize = 256;
 /// Wake the reader when a ring is a quarter full.
 pub const DEFAULT_WAKEUP_FRACTION: u32 = 4;
 
+/// Descriptors a run holds besides its perf events: stdio, the output file, the tracefs
+/// and sysfs reads, the command's pipes, signal handling, with room to spare.
+pub const FD_MARGIN: u64 = 64;
+
+/// Descriptors a group of `events` events on `cpus` CPUs needs: one per event per CPU
+/// (the rings are mappings and need none), plus [`FD_MARGIN`]. nvme-tcp (20+ events) on
+/// 64 CPUs is past the usual soft limit of 1,024.
+pub fn fds_needed(events: usize, cpus: usize) -> u64 {
+    (events as u64)
+        .saturating_mul(cpus as u64)
+        .saturating_add(FD_MARGIN)
+}
+
+/// The soft RLIMIT_NOFILE to set so that `needed` descriptors fit, or `None` when `soft`
+/// already covers them or the hard limit leaves no room to raise it. Never above `hard`
+/// (only root may raise that), and never more than needed: the command run after `--`
+/// inherits the limit, and programs using `select` break on descriptors above 1,024.
+pub fn nofile_target(needed: u64, soft: u64, hard: u64) -> Option<u64> {
+    let target = needed.min(hard);
+    (target > soft).then_some(target)
+}
+
+/// RLIMIT_NOFILE as it is after [`raise_nofile`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NofileLimit {
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// Raises the soft RLIMIT_NOFILE (up to the hard limit) when `needed` descriptors do not
+/// fit under it. Best effort: when the limit cannot be read or set, the opens go ahead and
+/// an EMFILE is reported as [`PerfError::TooManyOpenFiles`], which names the limit.
+pub fn raise_nofile(needed: u64) -> Option<NofileLimit> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if let Some(target) = nofile_target(needed, soft, hard) {
+        if setrlimit(Resource::RLIMIT_NOFILE, target, hard).is_ok() {
+            return Some(NofileLimit { soft: target, hard });
+        }
+    }
+    Some(NofileLimit { soft, hard })
+}
+
 /// One tracepoint to open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventSpec {
@@ -95,6 +138,8 @@ pub struct PerfGroup {
     rings: Vec<CpuRing>,
     /// (perf id, event index), sorted by id, for a binary search per sample.
     ids: Vec<(u64, usize)>,
+    /// The clock samples are stamped with (`GroupConfig::clockid`).
+    clockid: i32,
 }
 
 impl PerfGroup {
@@ -133,6 +178,9 @@ impl PerfGroup {
             })
             .collect::<Result<Vec<_>, _>>()?;
 
+        let needed = fds_needed(cfg.events.len(), cfg.cpus.len());
+        raise_nofile(needed);
+
         let data_bytes = cfg.mmap_pages.saturating_mul(sys::page_size());
         let watermark = u32::try_from(data_bytes / cfg.wakeup_fraction as usize)
             .unwrap_or(u32::MAX)
@@ -152,7 +200,7 @@ impl PerfGroup {
                     None,
                     u64::from(PERF_FLAG_FD_CLOEXEC),
                 )
-                .map_err(|e| open_error(event, cpu, e))?;
+                .map_err(|e| open_error(event, cpu, needed, e))?;
                 let ioctl_err = |op: &'static str| {
                     let name = event.name.clone();
                     move |source| PerfError::Ioctl {
@@ -199,7 +247,24 @@ impl PerfGroup {
             names: cfg.events.iter().map(|e| e.name.clone()).collect(),
             rings,
             ids,
+            clockid: cfg.clockid,
         })
+    }
+
+    /// Now, in ns on the clock the samples are stamped with, so it can be compared with
+    /// sample times (the sorter's release bound is such a reading).
+    pub fn clock_now(&self) -> Result<u64, PerfError> {
+        let ts =
+            nix::time::clock_gettime(nix::time::ClockId::from_raw(self.clockid)).map_err(|e| {
+                PerfError::Clock {
+                    clockid: self.clockid,
+                    source: e.into(),
+                }
+            })?;
+        // CLOCK_MONOTONIC and friends are never negative; clamp rather than wrap if one were.
+        let secs = u64::try_from(ts.tv_sec()).unwrap_or(0);
+        let nanos = u64::try_from(ts.tv_nsec()).unwrap_or(0);
+        Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
     }
 
     /// Starts recording on every event and CPU.
@@ -333,7 +398,7 @@ fn tracepoint_attr(tracefs_id: u64, clockid: i32, watermark: u32) -> perf_event_
     attr
 }
 
-fn open_error(event: &EventSpec, cpu: u32, source: io::Error) -> PerfError {
+fn open_error(event: &EventSpec, cpu: u32, needed: u64, source: io::Error) -> PerfError {
     match source.raw_os_error() {
         Some(libc::EACCES | libc::EPERM) => PerfError::PermissionDenied {
             event: event.name.clone(),
@@ -344,6 +409,26 @@ fn open_error(event: &EventSpec, cpu: u32, source: io::Error) -> PerfError {
             event: event.name.clone(),
             tracefs_id: event.tracefs_id,
             cpu,
+            source,
+        },
+        Some(libc::EMFILE) => {
+            // The limit as it is now, after any raise, is what the user has to change.
+            let (soft, hard) =
+                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                    .unwrap_or((0, 0));
+            PerfError::TooManyOpenFiles {
+                event: event.name.clone(),
+                cpu,
+                needed,
+                soft,
+                hard,
+                source,
+            }
+        }
+        Some(libc::ENFILE) => PerfError::SystemFileTableFull {
+            event: event.name.clone(),
+            cpu,
+            needed,
             source,
         },
         _ => PerfError::Open {
@@ -530,6 +615,7 @@ mod tests {
                 filter: None,
             },
             3,
+            70,
             io::Error::from_raw_os_error(libc::EACCES),
         );
         let msg = e.to_string();
@@ -548,10 +634,79 @@ mod tests {
                 filter: None,
             },
             0,
+            70,
             io::Error::from_raw_os_error(libc::ENOENT),
         );
         assert!(matches!(e, PerfError::EventUnavailable { .. }));
         assert!(e.to_string().contains("nvme:nvme_setup_cmd"));
+    }
+
+    #[test]
+    fn fds_needed_counts_every_event_on_every_cpu() {
+        assert_eq!(fds_needed(3, 2), 6 + FD_MARGIN);
+        // nvme-tcp host and target (24 events) on 64 CPUs is past the common 1,024.
+        assert_eq!(fds_needed(24, 64), 1_536 + FD_MARGIN);
+        assert!(fds_needed(24, 64) > 1_024);
+        assert_eq!(fds_needed(usize::MAX, usize::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn nofile_is_raised_only_when_needed_and_never_past_hard() {
+        // Already enough: leave it alone.
+        assert_eq!(nofile_target(70, 1_024, 4_096), None);
+        assert_eq!(nofile_target(1_024, 1_024, 4_096), None);
+        // Raise to what is needed, not to the hard limit.
+        assert_eq!(nofile_target(1_600, 1_024, 524_288), Some(1_600));
+        // Capped at hard; nothing to do when hard is no higher than soft.
+        assert_eq!(nofile_target(1_600, 1_024, 1_200), Some(1_200));
+        assert_eq!(nofile_target(1_600, 1_024, 1_024), None);
+        // RLIM_INFINITY hard limit.
+        assert_eq!(nofile_target(5_000, 1_024, u64::MAX), Some(5_000));
+    }
+
+    #[test]
+    fn raise_nofile_leaves_a_sufficient_limit_alone() {
+        // Only the no-op path: raising the limit of the test process would leak into
+        // the other tests running in it (the raise is tested through the binary).
+        let before =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+        let after = raise_nofile(1).unwrap();
+        assert_eq!((after.soft, after.hard), before);
+    }
+
+    #[test]
+    fn out_of_descriptors_names_the_limit_and_what_to_do() {
+        let ev = EventSpec {
+            name: "nvme_tcp:nvme_tcp_queue_rq".into(),
+            tracefs_id: 1,
+            filter: None,
+        };
+        let e = open_error(&ev, 63, 1_600, io::Error::from_raw_os_error(libc::EMFILE));
+        let (soft, hard) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+        match &e {
+            PerfError::TooManyOpenFiles {
+                needed,
+                soft: s,
+                hard: h,
+                ..
+            } => assert_eq!((*needed, *s, *h), (1_600, soft, hard)),
+            other => panic!("expected TooManyOpenFiles, got {other:?}"),
+        }
+        let msg = e.to_string();
+        for want in [
+            "nvme_tcp:nvme_tcp_queue_rq",
+            "CPU 63",
+            "1600",
+            &format!("RLIMIT_NOFILE is {soft} (hard limit {hard})"),
+            "ulimit -Hn 1600",
+            "fewer events",
+        ] {
+            assert!(msg.contains(want), "no `{want}` in: {msg}");
+        }
+        let e = open_error(&ev, 0, 1_600, io::Error::from_raw_os_error(libc::ENFILE));
+        assert!(matches!(e, PerfError::SystemFileTableFull { .. }));
+        assert!(e.to_string().contains("fs.file-max"), "{e}");
     }
 
     /// A tracepoint the test can fire at will: `getppid` (via `parent_id`) does nothing else.

@@ -15,11 +15,11 @@ mod sys;
 use std::io;
 
 pub use group::{
-    online_cpus, parse_cpu_list, DrainStats, EventSpec, GroupConfig, PerfGroup, DEFAULT_MMAP_PAGES,
-    DEFAULT_WAKEUP_FRACTION,
+    fds_needed, nofile_target, online_cpus, parse_cpu_list, raise_nofile, DrainStats, EventSpec,
+    GroupConfig, NofileLimit, PerfGroup, DEFAULT_MMAP_PAGES, DEFAULT_WAKEUP_FRACTION, FD_MARGIN,
 };
 pub use record::{parse_record, Record, RecordError, Sample};
-pub use ring::{Ring, RingError, WalkStats};
+pub use ring::{walk_ring_bytes, Ring, RingError, WalkStats};
 
 /// Errors of the perf stage. Each names the event and CPU it concerns and, where the fix is
 /// known, says what to do.
@@ -44,6 +44,35 @@ pub enum PerfError {
         event: String,
         tracefs_id: u64,
         cpu: u32,
+        source: io::Error,
+    },
+    #[error(
+        "perf_event_open of {event} on CPU {cpu} failed: out of file descriptors (EMFILE). \
+         This run holds one per event per CPU, about {needed} with the margin, and \
+         RLIMIT_NOFILE is {soft} (hard limit {hard}); ntprof-perf raises the soft limit up to \
+         the hard one by itself, so raise the hard limit (`ulimit -Hn {needed}` as root, or \
+         LimitNOFILE= for a service) or trace fewer events (another profile, or for \
+         nvme-tcp one --side)"
+    )]
+    TooManyOpenFiles {
+        event: String,
+        cpu: u32,
+        /// Descriptors the whole group needs ([`group::fds_needed`]).
+        needed: u64,
+        /// RLIMIT_NOFILE when the open failed.
+        soft: u64,
+        hard: u64,
+        source: io::Error,
+    },
+    #[error(
+        "perf_event_open of {event} on CPU {cpu} failed: the system-wide file table is full \
+         (ENFILE); this run needs about {needed} descriptors: raise `sysctl fs.file-max` \
+         or close other programs' files, or trace fewer events"
+    )]
+    SystemFileTableFull {
+        event: String,
+        cpu: u32,
+        needed: u64,
         source: io::Error,
     },
     #[error("perf_event_open of {event} on CPU {cpu} failed: {source}")]
@@ -99,6 +128,8 @@ pub enum PerfError {
     NoEvents,
     #[error("no CPUs to open events on")]
     NoCpus,
+    #[error("reading clock {clockid} (the clock samples are stamped with) failed: {source}")]
+    Clock { clockid: i32, source: io::Error },
     #[error("poll on the perf rings failed: {0}")]
     Poll(io::Error),
     #[error("reading the online CPU list {path}: {source}")]

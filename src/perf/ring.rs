@@ -79,6 +79,49 @@ pub(crate) fn pending_ranges(
     }
 }
 
+/// Walks the pending records `[tail, head)` of a ring whose whole data area is `data`
+/// (its length is the capacity), exactly as [`Ring::drain`] walks the mapping: records
+/// in order, wrapped ones copied into `scratch`, and on an impossible `head` everything
+/// pending skipped. For tests and fuzzing from plain byte arrays; the live ring never
+/// forms a slice over the whole area, because the kernel writes to the part outside
+/// `[tail, head)` while we read.
+#[doc(hidden)]
+pub fn walk_ring_bytes(
+    data: &[u8],
+    tail: u64,
+    head: u64,
+    scratch: &mut Vec<u8>,
+    f: impl FnMut(&[u8]),
+) -> WalkStats {
+    match pending_ranges(data.len() as u64, tail, head) {
+        Ok((a, b)) => match (data.get(a), data.get(b)) {
+            (Some(first), Some(second)) => walk_records(first, second, scratch, f),
+            // pending_ranges keeps both ranges inside the capacity; never trust that
+            // with a panic.
+            _ => unwalkable(
+                tail,
+                head,
+                RingError::HeadOutOfRange {
+                    head,
+                    tail,
+                    capacity: data.len() as u64,
+                },
+            ),
+        },
+        Err(error) => unwalkable(tail, head, error),
+    }
+}
+
+/// Nothing between tail and head can be trusted: skip it all, so the ring resynchronises
+/// at head instead of stalling.
+fn unwalkable(tail: u64, head: u64, error: RingError) -> WalkStats {
+    WalkStats {
+        consumed: head.wrapping_sub(tail),
+        records: 0,
+        error: Some(error),
+    }
+}
+
 /// Walks the records in the logical byte stream `first ++ second` (the pending data, split
 /// where it wraps the ring end). Records that lie wholly in one part are passed as slices of
 /// it; a record that straddles the split (including one whose header straddles it) is copied
@@ -264,13 +307,8 @@ impl Ring {
         let (a, b) = match pending_ranges(self.data_size as u64, tail, head) {
             Ok(ranges) => ranges,
             Err(error) => {
-                // Nothing between tail and head can be trusted; resynchronise at head.
                 self.data_tail().store(head, Ordering::Release);
-                return WalkStats {
-                    consumed: head.wrapping_sub(tail),
-                    records: 0,
-                    error: Some(error),
-                };
+                return unwalkable(tail, head, error);
             }
         };
         if a.is_empty() {
@@ -312,15 +350,7 @@ mod tests {
     /// The walk as the ring does it, over a plain array.
     fn walk(data: &[u8], tail: u64, head: u64) -> (WalkStats, Vec<Vec<u8>>) {
         let mut out = Vec::new();
-        let mut scratch = Vec::new();
-        let stats = match pending_ranges(data.len() as u64, tail, head) {
-            Ok((a, b)) => walk_records(&data[a], &data[b], &mut scratch, |r| out.push(r.to_vec())),
-            Err(e) => WalkStats {
-                consumed: head.wrapping_sub(tail),
-                records: 0,
-                error: Some(e),
-            },
-        };
+        let stats = walk_ring_bytes(data, tail, head, &mut Vec::new(), |r| out.push(r.to_vec()));
         (stats, out)
     }
 

@@ -179,9 +179,13 @@ fn split_decl(decl: &str, size: u32) -> Result<(String, String, FieldShape), Str
         _ => (decl, None),
     };
     let head = head.trim_end();
+    // The name starts after the last character that cannot be in an identifier; that
+    // character may be several bytes long (garbage, or a non-ASCII spelling).
     let name_start = head
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .map_or(0, |p| p + 1);
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |(p, c)| p + c.len_utf8());
     let name = &head[name_start..];
     if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
         return Err(format!("cannot find the field name in `{decl}`"));
@@ -277,6 +281,16 @@ print fmt: \"%d,%d\", REC->dev
         assert_eq!(b.type_name, "bool");
         // header_page spells a leading space after `field:`.
         assert_eq!(one(" u64 timestamp", 8).name, "timestamp");
+    }
+
+    #[test]
+    fn a_non_ascii_character_before_the_name_is_an_error_or_a_type_not_a_panic() {
+        let f = parse_field_line("field:int commo\u{e9}_pid;\toffset:4;\tsize:4;").unwrap();
+        assert_eq!(
+            (f.type_name.as_str(), f.name.as_str()),
+            ("int commo\u{e9}", "_pid")
+        );
+        assert!(parse_field_line("field:int \u{20ac};\toffset:4;\tsize:4;").is_err());
     }
 
     #[test]

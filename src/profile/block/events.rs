@@ -2,7 +2,7 @@
 //! `block_rq_complete`, and `block_bio_queue`. The nvme and nvme-tcp profiles decode
 //! them too, through [`BlockLayout`].
 
-use crate::decode::{DecodeError, FieldReader, Want};
+use crate::decode::{DecodeError, FieldReader, Layout, Want};
 use crate::tracefs::EventFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -178,6 +178,19 @@ impl BlockLayout {
 }
 
 pub use crate::device::{dev_major, dev_minor, kernel_dev};
+
+/// The layout of one event the block profile opens.
+pub fn layout(
+    fmt: &EventFormat,
+    system: &str,
+    event: &str,
+) -> Result<Box<dyn Layout<BlockEvent>>, DecodeError> {
+    if system != "block" {
+        return Err(crate::decode::unknown(system, event));
+    }
+    let l = BlockLayout::for_event(fmt, event)?;
+    Ok(Box::new(move |raw: &[u8]| l.decode(raw)))
+}
 
 #[cfg(test)]
 mod tests {

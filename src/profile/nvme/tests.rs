@@ -450,12 +450,13 @@ fn completion_read_before_setup_across_cpus_is_ordered_by_the_sorter() {
     let done = done_raw(&f.done, 0, 1, 5, 0, b"nvme0n1");
     let mut sorter = Sorter::new();
     // CPU 1's ring is drained first and holds the completion; CPU 0 the setup.
+    sorter.begin_round(50);
     sorter.push(1, 300, f.decoder.decode(&done, 300, 1).unwrap().unwrap());
-    sorter.ring_drained(300);
     sorter.push(0, 100, f.decoder.decode(&setup, 100, 0).unwrap().unwrap());
-    sorter.ring_drained(100);
     let mut c = NvmeCorrelator::new(config(512));
     let mut out = Vec::new();
+    sorter.end_round(|_, ev| c.on_event(&ev, &mut |r| out.push(r)));
+    sorter.begin_round(200);
     sorter.end_round(|_, ev| c.on_event(&ev, &mut |r| out.push(r)));
     assert!(out.is_empty(), "only the setup is released yet");
     sorter.flush(|_, ev| c.on_event(&ev, &mut |r| out.push(r)));

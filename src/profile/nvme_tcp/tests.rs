@@ -172,24 +172,22 @@ impl Rig {
         }
         let mut out = Vec::new();
         let mut pos = vec![0usize; rings.len()];
-        loop {
-            let mut any = false;
+        // A replay's clock: no sample still to be fed is older than the oldest head.
+        while let Some(now) = rings
+            .iter()
+            .zip(&pos)
+            .filter_map(|(r, &p)| r.get(p).map(|s| s.0))
+            .min()
+        {
+            pipe.begin_round(now);
             for (i, r) in rings.iter().enumerate() {
                 let end = (pos[i] + round).min(r.len());
-                let mut newest = None;
                 for s in &r[pos[i]..end] {
-                    newest = pipe.sample(s.0, s.1, &s.2).or(newest);
-                }
-                if let Some(t) = newest {
-                    pipe.ring_drained(t);
-                    any = true;
+                    pipe.sample(s.0, s.1, &s.2);
                 }
                 pos[i] = end;
             }
             pipe.end_round(&mut |r| out.push(r));
-            if !any {
-                break;
-            }
         }
         pipe.finish(&mut |r| out.push(r));
         let h = pipe.health();

@@ -1,0 +1,663 @@
+//! Garbage input never panics: seeded random and mutated inputs for every parser that
+//! reads bytes it does not control (format files, tracepoint samples, perf rings and
+//! records), through the public API.
+//!
+//! Each target is one function `fn(&mut Rng) -> bool` that builds an input, feeds it,
+//! checks what must hold whatever the input, and says whether the input was accepted.
+//! Add a target by writing that function and one line in [`targets!`]. The driver
+//! feeds every target its number of inputs (each from its own generator, so one input
+//! can be replayed), turns a panic into a failure that names the target, the input and
+//! the seed, and fails when fewer than 1 % of a target's inputs are accepted or rejected
+//! (its generator then misses one side of the parser). The budget over all targets is
+//! checked at compile time to be at least a million inputs.
+//!
+//! `NTPROF_FUZZ_SEED=N` picks another seed (the default is fixed, so CI is reproducible);
+//! `NTPROF_FUZZ_SCALE=K` feeds K times as many inputs, for a longer run by hand.
+
+use ntprof_perf::decode::{DecodeError, Decoder, FieldReader, LayoutFn, Want};
+use ntprof_perf::perf::{parse_record, walk_ring_bytes, Record, RecordError, RingError};
+use ntprof_perf::profile;
+use ntprof_perf::tracefs::{parse_format, EventFormat, FieldShape, Tracefs};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+macro_rules! targets {
+    ($($name:ident: $inputs:expr => $body:path;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                fuzz(stringify!($name), $inputs, $body);
+            }
+        )*
+
+        /// Inputs over all targets at scale 1: issue 10 asks for at least a million, and
+        /// a budget below that does not compile.
+        const TOTAL_INPUTS: u64 = 0 $(+ $inputs)*;
+        const _: () = assert!(TOTAL_INPUTS >= 1_000_000, "fewer than 1 M fuzz inputs");
+    };
+}
+
+targets! {
+    format_parser: 200_000 => format_parser_input;
+    field_reader: 250_000 => field_reader_input;
+    sample_decoder: 300_000 => sample_decoder_input;
+    ring_walker: 200_000 => ring_walker_input;
+    perf_record: 300_000 => perf_record_input;
+}
+
+// ---------------------------------------------------------------------------------------
+// Driver
+
+/// xorshift64* seeded through splitmix64: fast, and good enough to find parser bugs.
+pub struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+
+    fn u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (0 when `n` is 0).
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.u64() % n
+        }
+    }
+
+    fn usize(&mut self, n: usize) -> usize {
+        self.below(n as u64) as usize
+    }
+
+    /// True with probability `percent`/100.
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.usize(items.len())]
+    }
+
+    /// A byte, biased towards the values parsers treat specially.
+    fn byte(&mut self) -> u8 {
+        match self.below(4) {
+            0 => 0,
+            1 => 0xff,
+            2 => self.below(16) as u8,
+            _ => self.u64() as u8,
+        }
+    }
+
+    /// Random bytes, eight at a time, each run of eight biased like [`Rng::byte`].
+    fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let word = match self.below(4) {
+                0 => 0,
+                1 => u64::MAX,
+                2 => self.u64() & 0x0f0f_0f0f_0f0f_0f0f,
+                _ => self.u64(),
+            };
+            chunk.copy_from_slice(&word.to_le_bytes()[..chunk.len()]);
+        }
+    }
+
+    /// An integer near the edges where off-by-one and overflow bugs live.
+    fn edgy(&mut self) -> u64 {
+        match self.below(6) {
+            0 => self.below(64),
+            1 => u64::MAX - self.below(64),
+            2 => u64::from(u32::MAX) - self.below(8) + self.below(16),
+            3 => u64::from(u16::MAX) - self.below(8) + self.below(16),
+            4 => 1 << self.below(64),
+            _ => self.u64(),
+        }
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// Feeds `inputs` generated inputs to `target`; see the module doc.
+fn fuzz(name: &str, inputs: u64, target: fn(&mut Rng) -> bool) {
+    let seed = env_u64("NTPROF_FUZZ_SEED").unwrap_or(0x6e74_7072_6f66);
+    let inputs = inputs * env_u64("NTPROF_FUZZ_SCALE").unwrap_or(1).max(1);
+    let start = Instant::now();
+    let (mut fed, mut accepted) = (0u64, 0u64);
+    for i in 0..inputs {
+        let mut rng = Rng::new(seed ^ i.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+        match catch_unwind(AssertUnwindSafe(|| target(&mut rng))) {
+            Ok(ok) => accepted += u64::from(ok),
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("(non-string panic)");
+                panic!(
+                    "{name}: input {i} of seed {seed} (NTPROF_FUZZ_SEED={seed}) panicked: {msg}"
+                );
+            }
+        }
+        fed += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("{name}: {fed} inputs, {accepted} accepted, {secs:.2} s (seed {seed})");
+    assert_eq!(fed, inputs);
+    let rejected = fed - accepted;
+    assert!(
+        accepted * 100 >= fed && rejected * 100 >= fed,
+        "{name}: {accepted} of {fed} inputs accepted: the generator misses one side"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Corpus: the captured tracefs trees of the repository.
+
+fn trees() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tracefs");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("events").is_dir())
+        .collect();
+    v.sort();
+    assert!(
+        v.len() >= 3,
+        "expected the captured trees in {}",
+        root.display()
+    );
+    v
+}
+
+/// The text of every format file of every tree, and its parse.
+fn corpus() -> &'static [(String, EventFormat)] {
+    static CORPUS: OnceLock<Vec<(String, EventFormat)>> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        let mut v = Vec::new();
+        for tree in trees() {
+            let tfs = Tracefs::at(&tree).unwrap();
+            for path in tfs.all_format_paths().unwrap() {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let fmt = parse_format(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                v.push((text, fmt));
+            }
+        }
+        assert!(v.len() >= 50, "only {} format files", v.len());
+        v
+    })
+}
+
+/// Pieces of format syntax, spliced into texts by the mutator.
+const TOKENS: &[&str] = &[
+    "field:",
+    "\tfield:",
+    "offset:",
+    "size:",
+    "signed:",
+    "name:",
+    "ID:",
+    "format:",
+    "print fmt:",
+    ";",
+    ":",
+    " ",
+    "\t",
+    "\n",
+    "[",
+    "]",
+    "[]",
+    "[0]",
+    "[32]",
+    "[TASK_COMM_LEN]",
+    "__data_loc ",
+    "__rel_loc ",
+    "char[]",
+    "unsigned int",
+    "*",
+    "0",
+    "1",
+    "-1",
+    "4294967295",
+    "4294967296",
+    "18446744073709551616",
+    "é",
+    "€",
+    "\u{0}",
+    "_",
+];
+
+fn mutate_text(rng: &mut Rng, text: &str) -> String {
+    let mut b = text.as_bytes().to_vec();
+    for _ in 0..1 + rng.below(6) {
+        let at = rng.usize(b.len() + 1);
+        match rng.below(6) {
+            0 => {
+                if at < b.len() {
+                    b[at] = rng.byte();
+                }
+            }
+            1 => {
+                let end = (at + rng.usize(64)).min(b.len());
+                b.drain(at..end);
+            }
+            2 => {
+                let tok = rng.pick(TOKENS).as_bytes();
+                b.splice(at..at, tok.iter().copied());
+            }
+            3 => {
+                // Replace a number-looking run with an edge value.
+                let end = (at + 1 + rng.usize(4)).min(b.len());
+                let v = rng.edgy().to_string();
+                b.splice(at..end, v.bytes());
+            }
+            4 => b.truncate(at),
+            _ => {
+                let end = (at + rng.usize(128)).min(b.len());
+                let piece = b[at..end].to_vec();
+                let to = rng.usize(b.len() + 1);
+                b.splice(to..to, piece);
+            }
+        }
+    }
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// Targets
+
+/// `tracefs::parse_format` on mutated real format files and on token soup.
+fn format_parser_input(rng: &mut Rng) -> bool {
+    let text = if rng.chance(85) {
+        let (text, _) = rng_pick_corpus(rng);
+        mutate_text(rng, text)
+    } else {
+        let mut s = String::new();
+        for _ in 0..rng.below(40) {
+            let tok: &&str = rng.pick(TOKENS);
+            s.push_str(tok);
+        }
+        s
+    };
+    match parse_format(&text) {
+        Ok(f) => {
+            assert!(!f.fields.is_empty());
+            for fld in &f.fields {
+                assert!(!fld.name.is_empty() && !fld.type_name.is_empty(), "{fld:?}");
+                assert!(f.field(&fld.name).is_some());
+            }
+            let _ = f.fixed_size();
+            true
+        }
+        Err(e) => {
+            assert!(e.line >= 1 && e.line <= text.lines().count().max(1), "{e}");
+            assert!(!e.to_string().is_empty());
+            false
+        }
+    }
+}
+
+fn rng_pick_corpus(rng: &mut Rng) -> &'static (String, EventFormat) {
+    rng.pick(corpus())
+}
+
+/// `decode::FieldReader` bound to a field of a real or mutated format, reading a record
+/// of random bytes and length. Accepted: the field bound.
+fn field_reader_input(rng: &mut Rng) -> bool {
+    let (text, fmt) = rng_pick_corpus(rng);
+    let mutated;
+    let fmt = if rng.chance(10) {
+        match parse_format(&mutate_text(rng, text)) {
+            Ok(f) => {
+                mutated = f;
+                &mutated
+            }
+            Err(_) => fmt,
+        }
+    } else {
+        fmt
+    };
+    let field = rng.pick(&fmt.fields);
+    let want = match (rng.below(5), field.shape) {
+        (0, _) => Want::Int,
+        (1, _) => Want::CharArray,
+        (2, _) => Want::Bytes(rng.below(40) as u32),
+        (3, _) => Want::Dynamic,
+        (_, FieldShape::Scalar) => Want::Int,
+        (_, FieldShape::DataLoc | FieldShape::RelLoc) => Want::Dynamic,
+        (_, _) => Want::CharArray,
+    };
+    let Ok(reader) = FieldReader::bind(fmt, "fuzz:fuzz", &field.name, want) else {
+        return false;
+    };
+    let len = match rng.below(3) {
+        0 => rng.usize(reader.end() + 16),
+        1 => reader.end() + rng.usize(64),
+        // A __data_loc may point anywhere in 64 KiB.
+        _ if rng.chance(5) => rng.usize(1 << 16),
+        _ => rng.usize(1 << 10),
+    };
+    let mut raw = vec![0u8; len];
+    rng.fill(&mut raw);
+    let _ = (reader.u64(&raw), reader.i64(&raw), reader.u32(&raw));
+    assert!(reader.array(&raw).len() <= raw.len());
+    assert!(reader.str(&raw).len() <= raw.len());
+    assert!(reader.dynamic(&raw).len() <= raw.len());
+    true
+}
+
+/// A decoder with every event one profile knows bound from one captured tree.
+struct TreeDecoder {
+    tree: PathBuf,
+    /// Events decode into their debug text: one type for every profile's events.
+    decoder: Decoder<String>,
+    /// (common_type, fixed size of the record) of every bound event.
+    events: Vec<(u16, usize)>,
+}
+
+/// Bind `system:event` with a profile's layout function, erasing its event type.
+fn bind<K: std::fmt::Debug + 'static>(
+    d: &mut Decoder<String>,
+    tfs: &Tracefs,
+    system: &str,
+    event: &str,
+    layout: LayoutFn<K>,
+) -> Result<(), DecodeError> {
+    d.bind(tfs, system, event, |f| {
+        let l = layout(f, system, event)?;
+        Ok(move |raw: &[u8]| l.decode(raw).map(|k| format!("{k:?}")))
+    })
+    .map(|_| ())
+}
+
+/// Every event of every profile, with the layout function of its profile.
+fn bind_profile(
+    name: &str,
+    d: &mut Decoder<String>,
+    tfs: &Tracefs,
+    system: &str,
+    event: &str,
+) -> Result<(), DecodeError> {
+    use ntprof_perf::profile::*;
+    match name {
+        "block" => bind(d, tfs, system, event, block::events::layout),
+        "bio" => bind(d, tfs, system, event, bio::events::layout),
+        "nvme" => bind(d, tfs, system, event, nvme::events::layout),
+        "nvmet" => bind(d, tfs, system, event, nvmet::events::layout),
+        _ => bind(d, tfs, system, event, nvme_tcp::events::layout),
+    }
+}
+
+fn decoders() -> &'static [TreeDecoder] {
+    static DECODERS: OnceLock<Vec<TreeDecoder>> = OnceLock::new();
+    DECODERS.get_or_init(|| {
+        let mut out = Vec::new();
+        for tree in trees() {
+            let tfs = Tracefs::at(&tree).unwrap();
+            for p in profile::all() {
+                let mut decoder = Decoder::new();
+                let mut events = Vec::new();
+                for e in p.events() {
+                    if !tree.join("events").join(e.system).join(e.event).is_dir() {
+                        continue;
+                    }
+                    bind_profile(p.name(), &mut decoder, &tfs, e.system, e.event).unwrap_or_else(
+                        |err| {
+                            panic!(
+                                "{}: {}:{} must bind: {err}",
+                                tree.display(),
+                                e.system,
+                                e.event
+                            )
+                        },
+                    );
+                    let fmt = tfs.event(e.system, e.event).unwrap();
+                    events.push((fmt.id as u16, fmt.fixed_size() as usize));
+                }
+                if !events.is_empty() {
+                    out.push(TreeDecoder {
+                        tree: tree.clone(),
+                        decoder,
+                        events,
+                    });
+                }
+            }
+        }
+        let total: usize = out.iter().map(|d| d.events.len()).sum();
+        // Every profile's events in three trees; nvme_tcp/nvmet_tcp only in the patched.
+        assert!(total >= 40, "only {total} event layouts across the trees");
+        out
+    })
+}
+
+/// `Decoder::decode` for every event layout of every tree: random bytes behind a valid
+/// or random `common_type`, of random length around and beyond each layout's size.
+/// Accepted: the record decoded into an event.
+fn sample_decoder_input(rng: &mut Rng) -> bool {
+    let td = rng.pick(decoders());
+    let (id, size) = if rng.chance(90) {
+        *rng.pick(&td.events)
+    } else {
+        (rng.u64() as u16, rng.usize(256))
+    };
+    let len = match rng.below(4) {
+        0 => rng.usize(size + 1),
+        1 => size.saturating_sub(8) + rng.usize(17),
+        2 => size + rng.usize(256),
+        _ => rng.usize(4096),
+    };
+    let mut raw = vec![0u8; len];
+    rng.fill(&mut raw);
+    if len >= 2 && rng.chance(95) {
+        raw[..2].copy_from_slice(&id.to_le_bytes());
+    }
+    let (time, cpu) = (rng.edgy(), rng.u64() as u32);
+    let known = raw.len() >= 2
+        && td
+            .events
+            .iter()
+            .any(|(i, _)| i.to_le_bytes() == [raw[0], raw[1]]);
+    match td.decoder.decode(&raw, time, cpu) {
+        Ok(Some(ev)) => {
+            assert!(
+                known,
+                "{}: decoded an id it was not built for",
+                td.tree.display()
+            );
+            assert_eq!((ev.time, ev.cpu), (time, cpu));
+            true
+        }
+        Ok(None) => {
+            assert!(!known, "{}: a bound id was ignored", td.tree.display());
+            false
+        }
+        Err(e) => {
+            assert!(known || raw.len() < 2, "{}: {e}", td.tree.display());
+            assert!(!e.to_string().is_empty());
+            false
+        }
+    }
+}
+
+const RECORD_SAMPLE: u32 = 9;
+const RECORD_LOST: u32 = 2;
+
+/// A well-formed perf record of a random kind and size (a multiple of 8, as the kernel
+/// writes them).
+fn record_bytes(rng: &mut Rng) -> Vec<u8> {
+    let mut body = Vec::new();
+    let kind = match rng.below(8) {
+        0 => {
+            body.extend_from_slice(&rng.u64().to_le_bytes());
+            body.extend_from_slice(&rng.below(1 << 20).to_le_bytes());
+            RECORD_LOST
+        }
+        1 => 1 + rng.below(20) as u32,
+        _ => {
+            let raw_len = rng.usize(200);
+            body.extend_from_slice(&rng.u64().to_le_bytes());
+            body.extend_from_slice(&rng.u64().to_le_bytes());
+            body.extend_from_slice(&(rng.below(8) as u32).to_le_bytes());
+            body.extend_from_slice(&0u32.to_le_bytes());
+            body.extend_from_slice(&(raw_len as u32).to_le_bytes());
+            let mut raw = vec![0u8; raw_len];
+            rng.fill(&mut raw);
+            body.extend_from_slice(&raw);
+            RECORD_SAMPLE
+        }
+    };
+    let size = (8 + body.len()).div_ceil(8) * 8;
+    let mut rec = Vec::with_capacity(size);
+    rec.extend_from_slice(&kind.to_le_bytes());
+    rec.extend_from_slice(&0u16.to_le_bytes());
+    rec.extend_from_slice(&(size as u16).to_le_bytes());
+    rec.extend_from_slice(&body);
+    rec.resize(size, 0);
+    rec
+}
+
+/// `perf::walk_ring_bytes` (and `parse_record` on what it yields) over rings of records
+/// written from a random tail, wrapping at the end and near `u64::MAX`, then sometimes
+/// corrupted: flipped bytes, impossible sizes, a head beyond the capacity or behind the
+/// tail, a partial header at the end. Uncorrupted rings must come back record for
+/// record. Accepted: the walk found no corruption.
+fn ring_walker_input(rng: &mut Rng) -> bool {
+    let cap = 64usize << rng.below(7);
+    let mut data = vec![0u8; cap];
+    rng.fill(&mut data);
+    let tail = if rng.chance(20) {
+        u64::MAX - rng.below(2 * cap as u64)
+    } else {
+        rng.u64()
+    };
+    let mut written = Vec::new();
+    let mut pos = tail;
+    loop {
+        let rec = record_bytes(rng);
+        if pos.wrapping_sub(tail) + rec.len() as u64 > cap as u64 || rng.chance(3) {
+            break;
+        }
+        for (i, b) in rec.iter().enumerate() {
+            data[(pos.wrapping_add(i as u64) % cap as u64) as usize] = *b;
+        }
+        pos = pos.wrapping_add(rec.len() as u64);
+        written.push(rec);
+    }
+    let mut head = pos;
+    let corrupt = rng.chance(50);
+    if corrupt {
+        match rng.below(5) {
+            0 => {
+                for _ in 0..1 + rng.below(8) {
+                    let i = rng.usize(cap);
+                    data[i] = rng.byte();
+                }
+            }
+            1 if !written.is_empty() => {
+                // A header size field somewhere in the pending data.
+                let at = tail.wrapping_add(rng.below(pos.wrapping_sub(tail)) & !7) + 6;
+                let size = rng.edgy() as u16;
+                for (i, b) in size.to_le_bytes().iter().enumerate() {
+                    data[(at.wrapping_add(i as u64) % cap as u64) as usize] = *b;
+                }
+            }
+            2 => head = tail.wrapping_add(cap as u64 + 1 + rng.below(1 << 20)),
+            3 => head = tail.wrapping_sub(1 + rng.below(1 << 20)),
+            _ => {
+                let extra = 1 + rng.below(7);
+                if pos.wrapping_sub(tail) + extra <= cap as u64 {
+                    head = pos.wrapping_add(extra);
+                }
+            }
+        }
+    }
+    let pending = head.wrapping_sub(tail);
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    let stats = walk_ring_bytes(&data, tail, head, &mut Vec::new(), |r| {
+        assert!(r.len() >= 8, "a record shorter than its header");
+        assert_eq!(usize::from(u16::from_le_bytes([r[6], r[7]])), r.len());
+        if let Ok(Record::Sample(s)) = parse_record(r) {
+            assert!(s.raw.len() <= r.len());
+        }
+        got.push(r.to_vec());
+    });
+    assert_eq!(
+        stats.consumed, pending,
+        "the tail must always reach the head"
+    );
+    assert_eq!(stats.records, got.len() as u64);
+    assert!(got.len() as u64 <= pending / 8);
+    if let Some(RingError::HeadOutOfRange { .. }) = stats.error {
+        assert!(got.is_empty());
+    }
+    if head == pos && !corrupt {
+        assert_eq!(stats.error, None);
+        assert_eq!(
+            got, written,
+            "an intact ring must come back record for record"
+        );
+    }
+    stats.error.is_none()
+}
+
+/// `perf::parse_record` on random bytes with a likely or random type and size.
+/// Accepted: the record parsed.
+fn perf_record_input(rng: &mut Rng) -> bool {
+    let mut rec = if rng.chance(70) {
+        record_bytes(rng)
+    } else {
+        let mut v = vec![0u8; rng.usize(300)];
+        rng.fill(&mut v);
+        v
+    };
+    if rec.len() >= 8 && rng.chance(60) {
+        match rng.below(4) {
+            0 => {
+                let size = rng.edgy() as u16;
+                rec[6..8].copy_from_slice(&size.to_le_bytes());
+            }
+            1 if rec.len() >= 36 => {
+                let raw = rng.edgy() as u32;
+                rec[32..36].copy_from_slice(&raw.to_le_bytes());
+            }
+            2 => rec.truncate(rng.usize(rec.len())),
+            _ => {
+                let i = rng.usize(rec.len());
+                rec[i] = rng.byte();
+            }
+        }
+    }
+    match parse_record(&rec) {
+        Ok(Record::Sample(s)) => {
+            assert!(s.raw.len() + 36 <= rec.len());
+            true
+        }
+        Ok(_) => true,
+        Err(RecordError::Truncated {
+            needed, present, ..
+        }) => {
+            assert!(
+                needed > present,
+                "truncated with enough bytes: {needed} <= {present}"
+            );
+            assert!(present <= rec.len());
+            false
+        }
+        Err(RecordError::HeaderTooSmall { size }) => {
+            assert!(usize::from(size) < 8);
+            false
+        }
+    }
+}
