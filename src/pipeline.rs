@@ -194,8 +194,18 @@ pub fn run_live(
         }
     };
     group.disable()?;
-    // Samples written before the disable are still in the rings.
+    // Samples written before the disable are still in the rings. A sample a CPU was
+    // writing when the disable reached it is published a moment later: drain until a
+    // short wait brings nothing new.
     drain_round(group, pipe, sink)?;
+    for _ in 0..5 {
+        let before = pipe.health().samples;
+        std::thread::sleep(Duration::from_millis(2));
+        drain_round(group, pipe, sink)?;
+        if pipe.health().samples == before {
+            break;
+        }
+    }
     let mut first_err = None;
     pipe.finish(&mut |r| deliver(sink, r, &mut first_err));
     if let Some(e) = first_err {

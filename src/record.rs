@@ -389,6 +389,8 @@ pub struct Counters {
     /// Completions paired with one of several in-flight requests that shared their
     /// key (the tracepoints carry no request id): the pairing rule chose.
     pub ambiguous: u64,
+    /// Queued requests the scheduler merged into another request (no row of their own).
+    pub merged: u64,
 }
 
 /// Size classes as nvme_bpf and the original ntprof group them.

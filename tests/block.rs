@@ -324,3 +324,90 @@ fn not_root_is_told_what_to_do() {
         "{err}"
     );
 }
+
+/// fio's I/O count and the health line's `merged`, for a hot-region run.
+fn hot_run(l: &LoopDev, scheduler: &str, name: &str) -> (Vec<Row>, u64, String) {
+    l.scheduler(scheduler);
+    let csv = tmp(&format!("{name}.csv"));
+    let json = tmp(&format!("{name}.json"));
+    // Large rings: this test is about pairing, and parallel tests compete for the CPU
+    // that drains them (loss is tested on its own).
+    let out = run_ok(
+        Command::new(bin())
+            .args(["record", "--mmap-pages", "4096", "--device", &l.dev, "-o"])
+            .arg(&csv)
+            .arg("--")
+            .args([
+                "fio".to_string(),
+                format!("--name={name}"),
+                format!("--filename={}", l.dev),
+                "--direct=1".into(),
+                "--ioengine=libaio".into(),
+                "--iodepth=32".into(),
+                "--numjobs=2".into(),
+                "--rw=randread".into(),
+                "--bs=4k".into(),
+                // 16 blocks, 64 requests in flight: the same sector is in flight many times.
+                "--size=64k".into(),
+                "--io_size=40m".into(),
+                "--norandommap".into(),
+                "--randrepeat=0".into(),
+                "--output-format=json".into(),
+                format!("--output={}", json.display()),
+            ]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let rows = read_csv(&csv);
+    let fio = fio_ios(&json);
+    let _ = std::fs::remove_file(csv);
+    let _ = std::fs::remove_file(json);
+    (rows, fio, err)
+}
+
+fn health_count(err: &str, what: &str) -> u64 {
+    err.split("  ")
+        .find_map(|w| {
+            w.strip_prefix(what)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn hot_sectors_every_request_is_its_own_row() {
+    if !kernel_ready("hot_sectors_every_request_is_its_own_row") {
+        return;
+    }
+    let l = LoopDev::new("hot", 64);
+    for sched in ["none", "mq-deadline"] {
+        let (rows, fio, err) = hot_run(&l, sched, &format!("hot-{sched}"));
+        assert_eq!(fio, 20480, "{sched}: fio's own count");
+        assert_clean(sched, &err);
+        // A bio the scheduler merged into another request has no row of its own; the
+        // health line counts it, so every I/O fio issued is accounted for.
+        let merged = health_count(&err, "merged ");
+        assert_eq!(rows.len() as u64 + merged, fio, "{sched}: {err}");
+        if sched == "none" {
+            assert_eq!(merged, 0, "no scheduler, no merges: {err}");
+        }
+        assert!(rows.iter().all(|r| r["status"] == "ok"), "{sched}");
+        let shared = rows.iter().filter(|r| num(r, "candidates") > 1).count();
+        assert!(
+            shared > 100,
+            "{sched}: hot sectors must share keys ({shared})"
+        );
+        assert_eq!(
+            health_count(&err, "ambiguous "),
+            shared as u64,
+            "{sched}: {err}"
+        );
+        let qd_max = rows.iter().map(|r| num(r, "qd")).max().unwrap();
+        assert!((2..=64).contains(&qd_max), "{sched}: qd {qd_max}");
+        for r in &rows {
+            assert!(num(r, "d2c_ns") > 0 && num(r, "q2c_ns") >= num(r, "d2c_ns"));
+        }
+    }
+}

@@ -79,6 +79,9 @@ impl Health {
         if c.ambiguous > 0 {
             s.push_str(&format!("  ambiguous {}", c.ambiguous));
         }
+        if c.merged > 0 {
+            s.push_str(&format!("  merged {}", c.merged));
+        }
         if self.bad_records > 0 {
             s.push_str(&format!("  bad-records {}", self.bad_records));
         }

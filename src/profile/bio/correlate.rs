@@ -33,6 +33,8 @@ struct BioIo {
     target: Option<Key>,
     /// The lower halves registered for it, dropped with it.
     lower: Vec<Key>,
+    /// Bios in flight on the device when it was queued, itself included.
+    qd: u32,
 }
 
 impl Started for BioIo {
@@ -75,6 +77,8 @@ impl Default for BioConfig {
 
 pub struct BioCorrelator {
     ios: Inflight<Key, BioIo>,
+    /// Bios in flight per device.
+    depth: FxMap<u32, u32>,
     lower: Inflight<Key, Lower>,
     names: FxMap<u32, Arc<str>>,
     counters: Counters,
@@ -95,6 +99,10 @@ pub struct BioRecord {
     pub r2c_ns: Option<u64>,
     pub q2c_ns: Option<u64>,
     pub error: i32,
+    /// Bios in flight on the device when it was queued, itself included.
+    pub qd: u32,
+    /// Bios of the same (device, sector) its completion was paired among (1: certain).
+    pub candidates: Option<u32>,
     pub status: Status,
 }
 
@@ -102,6 +110,7 @@ impl BioCorrelator {
     pub fn new(cfg: BioConfig) -> BioCorrelator {
         BioCorrelator {
             ios: Inflight::new(cfg.max_in_flight),
+            depth: FxMap::default(),
             lower: Inflight::new(cfg.max_in_flight),
             names: cfg
                 .names
@@ -119,7 +128,16 @@ impl BioCorrelator {
             .clone()
     }
 
-    fn record(&mut self, key: Key, io: &BioIo, done: Option<(u64, i32)>) -> BioRecord {
+    fn record(
+        &mut self,
+        key: Key,
+        io: &BioIo,
+        done: Option<(u64, i32)>,
+        candidates: usize,
+    ) -> BioRecord {
+        if let Some(n) = self.depth.get_mut(&key.0) {
+            *n = n.saturating_sub(1);
+        }
         let (r2c, q2c, error, status) = match done {
             Some((t, err)) => (
                 io.remap.map(|r| t.saturating_sub(r)),
@@ -142,6 +160,8 @@ impl BioCorrelator {
             r2c_ns: r2c,
             q2c_ns: q2c,
             error,
+            qd: io.qd,
+            candidates: done.map(|_| candidates as u32),
             status,
         }
     }
@@ -158,14 +178,15 @@ impl BioCorrelator {
         &mut self,
         key: Key,
         io: BioIo,
-        done: Option<(u64, i32)>,
+        done: Option<(u64, i32, usize)>,
         out: &mut dyn FnMut(BioRecord),
     ) {
         self.drop_lower(&io, key);
         if done.is_none() {
             self.counters.incomplete += 1;
         }
-        let r = self.record(key, &io, done);
+        let held = done.map_or(0, |d| d.2);
+        let r = self.record(key, &io, done.map(|(t, e, _)| (t, e)), held);
         out(r);
     }
 
@@ -178,6 +199,8 @@ impl BioCorrelator {
                     l.queued = true;
                     return;
                 }
+                let depth = self.depth.entry(e.dev).or_insert(0);
+                *depth += 1;
                 let io = BioIo {
                     first: t,
                     op: e.op,
@@ -185,6 +208,7 @@ impl BioCorrelator {
                     remap: None,
                     target: None,
                     lower: Vec::new(),
+                    qd: *depth,
                 };
                 let mut evicted = Vec::new();
                 self.ios.push(at, io, &mut |k, io| evicted.push((k, io)));
@@ -233,7 +257,7 @@ impl BioCorrelator {
                 if held > 1 {
                     self.counters.ambiguous += 1;
                 }
-                self.emit(at, io, Some((t, e.error)), out);
+                self.emit(at, io, Some((t, e.error, held)), out);
             }
         }
         self.counters.in_flight = self.ios.len() as u64;
@@ -307,6 +331,10 @@ static COLUMNS: &[Column<BioRecord>] = &[
     col("q2c_ns", Role::Stage, Kind::U64, |r| opt(r.q2c_ns)),
     col("error", Role::Value, Kind::I64, |r| {
         Value::I64(r.error as i64)
+    }),
+    col("qd", Role::Value, Kind::U64, |r| Value::U64(r.qd as u64)),
+    col("candidates", Role::Value, Kind::U64, |r| {
+        opt(r.candidates.map(u64::from))
     }),
     col("status", Role::Status, Kind::Text, |r| {
         Value::Str(r.status.as_str())

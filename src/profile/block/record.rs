@@ -18,6 +18,12 @@ pub struct BlockRecord {
     pub d2c_ns: Option<u64>,
     pub q2c_ns: Option<u64>,
     pub error: i32,
+    /// Requests issued and not completed on the device when this one was issued,
+    /// itself included; empty when its issue was not seen.
+    pub qd: Option<u32>,
+    /// In-flight requests of the same (device, sector) its completion was paired
+    /// among (1: certain); empty when it did not complete.
+    pub candidates: Option<u32>,
     pub status: Status,
 }
 
@@ -56,6 +62,10 @@ static COLUMNS: &[Column<BlockRecord>] = &[
     col("q2c_ns", Role::Stage, Kind::U64, |r| opt(r.q2c_ns)),
     col("error", Role::Value, Kind::I64, |r| {
         Value::I64(r.error as i64)
+    }),
+    col("qd", Role::Value, Kind::U64, |r| opt(r.qd.map(u64::from))),
+    col("candidates", Role::Value, Kind::U64, |r| {
+        opt(r.candidates.map(u64::from))
     }),
     col("status", Role::Status, Kind::Text, |r| {
         Value::Str(r.status.as_str())

@@ -12,6 +12,9 @@ pub struct NvmeRecord {
     /// First block event of the request (bio queued or request inserted), when traced
     /// and found.
     pub block_ns: Option<u64>,
+    /// Bios that were waiting at the command's place when its block event was joined
+    /// (1: certain; more: a hot sector, the oldest was taken).
+    pub candidates: Option<u32>,
 }
 
 impl NvmeRecord {
@@ -109,6 +112,16 @@ pub const fn core_columns<R: HasCore>() -> [Column<R>; 8] {
     ]
 }
 
+/// `qd`: commands in flight on the queue at submission, itself included.
+pub const fn qd_column<R: HasCore>() -> Column<R> {
+    Column {
+        name: "qd",
+        role: Role::Value,
+        kind: Kind::U64,
+        get: |r| Value::U64(r.core().qd as u64),
+    }
+}
+
 /// `nvme_status` (hex, empty while incomplete).
 pub const fn nvme_status_column<R: HasCore>() -> Column<R> {
     Column {
@@ -191,6 +204,13 @@ static COLUMNS: &[Column<NvmeRecord>] = &[
         role: Role::Value,
         kind: Kind::U64,
         get: |r| opt(r.core.retries.map(u64::from)),
+    },
+    qd_column(),
+    Column {
+        name: "candidates",
+        role: Role::Value,
+        kind: Kind::U64,
+        get: |r| opt(r.candidates.map(u64::from)),
     },
     status_column(),
 ];

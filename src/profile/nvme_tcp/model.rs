@@ -222,6 +222,10 @@ pub struct HostPart {
     /// R of the last round (same fallback).
     pub last_recv_ns: Option<u64>,
     pub nvme_status: Option<u16>,
+    /// Commands in flight on the host queue when it was queued, itself included.
+    pub qd: Option<u32>,
+    /// Bios that were waiting at its place when its block start was joined.
+    pub candidates: Option<u32>,
     pub missing: u16,
 }
 
@@ -248,6 +252,8 @@ pub struct TargetPart {
     pub send_ns: Option<u64>,
     pub last_send_ns: Option<u64>,
     pub nvme_status: Option<u16>,
+    /// Commands in flight on the target queue when it arrived, itself included.
+    pub qd: Option<u32>,
     pub missing: u16,
 }
 
@@ -282,6 +288,14 @@ pub fn fits(h: &HostPart, t: &TargetPart, off: i64) -> bool {
 }
 
 impl TcpRecord {
+    /// The host's queue depth, else the target's.
+    pub fn qd(&self) -> Option<u32> {
+        self.host
+            .as_ref()
+            .and_then(|h| h.qd)
+            .or_else(|| self.target.as_ref().and_then(|t| t.qd))
+    }
+
     /// B (else Q) of the host part; a target-only row starts at its arrival (A₁),
     /// on the target's clock.
     pub fn start(&self) -> u64 {

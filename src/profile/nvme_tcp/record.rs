@@ -126,6 +126,9 @@ static COLUMNS: &[Column<TcpRecord>] = &[
         r.nvme_status()
             .map_or(Value::Empty, |s| Value::Hex(s as u64))
     }),
+    col("qd", V, Kind::U64, |r| opt(r.qd().map(u64::from))),
+    target!("target_qd", V, |t| t.qd.map(u64::from)),
+    host!("candidates", V, |h| h.candidates.map(u64::from)),
     col("chain", V, Kind::Text, |r| {
         if r.missing() == 0 {
             Value::Str("complete")
@@ -238,6 +241,8 @@ impl TcpRecord {
                 recv_ns: row.num("host_recv_ns")?,
                 last_recv_ns: row.num("host_last_recv_ns")?,
                 nvme_status,
+                qd: row.num("qd")?,
+                candidates: row.num("candidates")?,
                 missing: missing & HOST_MARKS,
             })
         } else {
@@ -263,6 +268,7 @@ impl TcpRecord {
                 send_ns: row.num("target_send_ns")?,
                 last_send_ns: row.num("target_last_send_ns")?,
                 nvme_status,
+                qd: row.num("target_qd")?,
                 missing: missing & TARGET_MARKS,
             })
         } else {

@@ -6,7 +6,9 @@ use crate::correlate::{Correlator, Counters, Status};
 use crate::decode::Event;
 use crate::profile::nvme::cmd::{CmdCore, CmdTracker, Finished, NvmeConfig};
 use crate::profile::nvme::events::NvmeEvent;
-use crate::profile::nvme::record::{core_columns, nvme_status_column, opt, status_column, HasCore};
+use crate::profile::nvme::record::{
+    core_columns, nvme_status_column, opt, qd_column, status_column, HasCore,
+};
 use crate::record::{schema_cell, Column, Kind, Role, Schema, Tabled, Value};
 use std::sync::OnceLock;
 
@@ -65,6 +67,7 @@ static COLUMNS: &[Column<NvmetRecord>] = &[
         get: |r| opt(r.core.cmd_ns),
     },
     nvme_status_column(),
+    qd_column(),
     status_column(),
 ];
 
@@ -251,6 +254,8 @@ mod tests {
                 "<=4k",
                 "300",
                 "0x0",
+                // Queue depth is per queue: the write in flight is on another one.
+                "1",
                 "ok"
             ]
         );
@@ -258,7 +263,7 @@ mod tests {
         assert_eq!(r[0].start_ns(), 100);
         assert_eq!(
             cells(&r[1])[5..],
-            ["write", "0", "131072", "512", "<=128k", "750", "0x280", "error"]
+            ["write", "0", "131072", "512", "<=128k", "750", "0x280", "1", "error"]
         );
         assert_eq!(r[1].status(), Status::Error);
         assert_eq!(labels(&r[1]), ["1", "1", "write", "<=128k"]);
