@@ -411,3 +411,113 @@ fn hot_sectors_every_request_is_its_own_row() {
         }
     }
 }
+
+/// `record` in the background on `l`, its rows going to `csv`.
+fn record_bg(l: &LoopDev, csv: &std::path::Path) -> std::process::Child {
+    let child = Command::new(bin())
+        .args(["record", "-d", &l.dev, "-o"])
+        .arg(csv)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Tracing is on once the header is written and events are enabled; give it a moment.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    child
+}
+
+fn signal(child: &std::process::Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+#[test]
+fn sigterm_and_sighup_flush_every_row() {
+    if !kernel_ready("sigterm_and_sighup_flush_every_row") {
+        return;
+    }
+    use nix::sys::signal::Signal;
+    let l = LoopDev::new("sighup", 64);
+    l.scheduler("none");
+    for (sig, n) in [(Signal::SIGTERM, 23), (Signal::SIGHUP, 41)] {
+        let csv = tmp(&format!("{sig}.csv"));
+        let child = record_bg(&l, &csv);
+        let of = format!("of={}", l.dev);
+        let count = format!("count={n}");
+        run_ok(Command::new("dd").args([
+            "if=/dev/zero",
+            &of,
+            "bs=4k",
+            &count,
+            "oflag=direct",
+            "status=none",
+        ]));
+        signal(&child, sig);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{sig}: {err}");
+        assert_eq!(read_csv(&csv).len(), n, "{sig}: rows flushed");
+        let _ = std::fs::remove_file(csv);
+    }
+}
+
+#[test]
+fn after_sigkill_the_csv_holds_only_whole_lines() {
+    if !kernel_ready("after_sigkill_the_csv_holds_only_whole_lines") {
+        return;
+    }
+    let l = LoopDev::new("kill", 64);
+    l.scheduler("none");
+    let csv = tmp("kill.csv");
+    let mut child = record_bg(&l, &csv);
+    let of = format!("of={}", l.dev);
+    let mut dd = Command::new("dd")
+        .args(["if=/dev/zero", &of, "bs=4k", "count=200000", "oflag=direct"])
+        .args(["status=none"])
+        .spawn()
+        .unwrap();
+    // Past the first one-second flush, in the middle of writing rows.
+    std::thread::sleep(std::time::Duration::from_millis(2300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = dd.kill();
+    let _ = dd.wait();
+    let text = read(&csv);
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    assert!(
+        lines.len() > 100,
+        "rows reached the file before the kill: {}",
+        lines.len()
+    );
+    let fields = lines[0].split(',').count();
+    for (i, line) in lines.iter().enumerate() {
+        assert!(line.ends_with('\n'), "line {i} is cut: {line:?}");
+        assert_eq!(line.split(',').count(), fields, "line {i}: {line:?}");
+    }
+    let _ = std::fs::remove_file(csv);
+}
+
+#[test]
+fn piped_into_head_ends_cleanly() {
+    if !kernel_ready("piped_into_head_ends_cleanly") {
+        return;
+    }
+    let l = LoopDev::new("head", 64);
+    l.scheduler("none");
+    let script = format!(
+        "set -o pipefail; {} record -d {dev} -- dd if=/dev/zero of={dev} bs=4k count=3000 \
+         oflag=direct status=none | head -3",
+        bin(),
+        dev = l.dev
+    );
+    let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("output closed by its reader"), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+    // list and report stop quietly too.
+    let out = Command::new("bash")
+        .args(["-c", &format!("set -o pipefail; {} list | head -1", bin())])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}

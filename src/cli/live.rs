@@ -153,7 +153,12 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
     let mut group = PerfGroup::open(&cfg)?;
 
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    // SIGHUP too: a closed terminal or a session end must flush every row like Ctrl-C.
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing signal handlers")?;
     }
@@ -195,6 +200,15 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
     let cmd_status = finish_child(child.as_mut());
     let (reason, health) = match result {
         Ok(v) => v,
+        Err(e) if broken_pipe(&e) => {
+            // The reader went away (`record | head`): a normal end, not an error.
+            let rows = match &out {
+                Output::Csv(s) => s.rows(),
+                Output::Stat(..) => 0,
+            };
+            eprintln!("ntprof-perf: output closed by its reader after {rows} rows; stopped");
+            return Ok(0);
+        }
         Err(e) => {
             // Rows already handed to the sink are flushed before reporting the error.
             let _ = finish_output(&mut out, &r.plan.stages.health(), t0, r.profile);
@@ -240,6 +254,12 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
         }
     };
     Ok(code)
+}
+
+/// Whether a run stopped because its output's reader closed the pipe.
+fn broken_pipe(e: &RunError) -> bool {
+    matches!(e, RunError::Sink(ntprof_perf::sink::SinkError::Write { source, .. })
+        if source.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// Reap the command (asking it to stop when tracing ended first). `None` when there was

@@ -41,13 +41,10 @@ pub fn report(a: &ReportArgs) -> Result<i32> {
     }
     let head = format!("report: {path}, profile {}, {rows} rows", p.name());
     // A CSV cannot know what the kernel dropped while recording: only row counts here.
-    print!(
-        "{}",
-        summary(&table, &head, &Health::default()).replacen(
-            "samples 0  lost 0  unmatched 0  incomplete 0  in-flight 0",
-            "(lost samples are reported by record at exit)",
-            1,
-        )
-    );
+    super::Out::new().text(&summary(&table, &head, &Health::default()).replacen(
+        "samples 0  lost 0  unmatched 0  incomplete 0  in-flight 0",
+        "(lost samples are reported by record at exit)",
+        1,
+    ));
     Ok(0)
 }
