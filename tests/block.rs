@@ -521,3 +521,62 @@ fn piped_into_head_ends_cleanly() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
+
+#[test]
+fn lost_samples_are_attributed_to_the_ios_they_cost() {
+    if !kernel_ready("lost_samples_are_attributed_to_the_ios_they_cost") {
+        return;
+    }
+    let l = LoopDev::new("loss", 64);
+    l.scheduler("none");
+    let csv = tmp("loss.csv");
+    let json = tmp("loss.json");
+    // A one-page ring at full rate: the kernel must drop samples.
+    let out = run_ok(
+        Command::new(bin())
+            .args(["record", "--mmap-pages", "1", "-d", &l.dev, "-o"])
+            .arg(&csv)
+            .args([
+                "--",
+                "fio",
+                "--name=loss",
+                "--direct=1",
+                "--ioengine=libaio",
+            ])
+            .args(["--iodepth=32", "--rw=randread", "--bs=4k", "--size=64m"])
+            .arg(format!("--filename={}", l.dev))
+            .arg("--output-format=json")
+            .arg(format!("--output={}", json.display())),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let fio = fio_ios(&json);
+    let rows = read_csv(&csv);
+    let lost = health_count(&err, "lost ");
+    assert!(lost > 0, "a one-page ring must overflow: {err}");
+    // `lost N (cpu0:… cpu1:…), costing C I/Os`
+    let cost: u64 = err
+        .split("costing ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no `costing` on the exit line: {err}"));
+    let incomplete = rows.iter().filter(|r| r["status"] == "incomplete").count() as u64;
+    let unmatched = health_count(&err, "unmatched ");
+    // Nothing cut by the loss is written as ok: it is an incomplete row or unmatched.
+    assert!(cost > 0 && cost <= incomplete + unmatched, "{err}");
+    let complete = rows.len() as u64 - incomplete;
+    let whole: u64 = err
+        .split('≈')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no estimate of whole I/Os lost: {err}"));
+    // Complete rows + I/Os seen in part + I/Os lost whole ≈ what fio issued (the last
+    // is an estimate from the lost sample count).
+    let total = complete + cost + whole;
+    let off = total.abs_diff(fio) as f64 / fio as f64;
+    assert!(
+        off < 0.05,
+        "{complete} + {cost} + {whole} = {total} vs fio {fio}: {err}"
+    );
+    let _ = std::fs::remove_file(csv);
+    let _ = std::fs::remove_file(json);
+}

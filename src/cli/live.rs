@@ -231,6 +231,13 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
             health.lost_total(),
             r.mmap_pages
         );
+        if let Output::Csv(s) = &out {
+            let whole = whole_ios_lost(&health, s.rows());
+            eprintln!(
+                "ntprof-perf: the loss cost {} I/Os seen in part (their rows are `incomplete`, or their completion was unmatched) and ≈{whole} I/Os whose every event was lost",
+                health.lost_ios
+            );
+        }
     }
     if reason == StopReason::Duration {
         eprintln!("ntprof-perf: --duration reached");
@@ -254,6 +261,18 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
         }
     };
     Ok(code)
+}
+
+/// I/Os none of whose events reached the rings, estimated from the lost samples left
+/// after those of the I/Os seen in part, at the samples per I/O of the complete ones.
+fn whole_ios_lost(h: &Health, rows: u64) -> u64 {
+    let complete = rows.saturating_sub(h.counters.incomplete);
+    let seen = h.samples.saturating_sub(h.lost_ios);
+    if complete == 0 || seen == 0 {
+        return 0;
+    }
+    let rest = h.lost_total().saturating_sub(h.lost_ios);
+    (rest as f64 * complete as f64 / seen as f64).round() as u64
 }
 
 /// Whether a run stopped because its output's reader closed the pipe.
