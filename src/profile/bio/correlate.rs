@@ -16,9 +16,10 @@ use crate::correlate::{Correlator, Counters, FxMap, Status};
 use crate::decode::Event;
 use crate::device::{dev_major, dev_minor};
 use crate::profile::block::events::Op;
-use crate::record::{schema_cell, Column, Kind, Role, Schema, Tabled, Value};
+use crate::profile::block::record::{head_columns, tail_columns, BlockIo};
+use crate::record::{col, opt, Column, Kind, Role, Value};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 type Key = (u32, u64);
 
@@ -287,36 +288,50 @@ impl Correlator for BioCorrelator {
     }
 }
 
-fn opt(v: Option<u64>) -> Value<'static> {
-    v.map_or(Value::Empty, Value::U64)
-}
-
-const fn col(
-    name: &'static str,
-    role: Role,
-    kind: Kind,
-    get: fn(&BioRecord) -> Value<'_>,
-) -> Column<BioRecord> {
-    Column {
-        name,
-        role,
-        kind,
-        get,
+impl BlockIo for BioRecord {
+    fn start(&self) -> u64 {
+        self.start_ns
+    }
+    fn device(&self) -> &str {
+        &self.device
+    }
+    fn dev(&self) -> u32 {
+        self.dev
+    }
+    fn op(&self) -> Op {
+        self.op
+    }
+    fn sector(&self) -> u64 {
+        self.sector
+    }
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    fn error(&self) -> i32 {
+        self.error
+    }
+    fn qd(&self) -> Option<u32> {
+        Some(self.qd)
+    }
+    fn candidates(&self) -> Option<u32> {
+        self.candidates
+    }
+    fn status(&self) -> Status {
+        self.status
     }
 }
 
+const HEAD: [Column<BioRecord>; 7] = head_columns();
+const TAIL: [Column<BioRecord>; 4] = tail_columns();
+
 static COLUMNS: &[Column<BioRecord>] = &[
-    col("start_time", Role::StartTime, Kind::Timestamp, |r| {
-        Value::Time(r.start_ns)
-    }),
-    col("start_ns", Role::Value, Kind::U64, |r| {
-        Value::U64(r.start_ns)
-    }),
-    col("device", Role::Label, Kind::Text, |r| Value::Str(&r.device)),
-    col("dev", Role::Value, Kind::Text, |r| Value::Dev(r.dev)),
-    col("op", Role::Label, Kind::Text, |r| Value::Str(r.op.as_str())),
-    col("sector", Role::Value, Kind::U64, |r| Value::U64(r.sector)),
-    col("bytes", Role::Value, Kind::U64, |r| Value::U64(r.bytes)),
+    HEAD[0],
+    HEAD[1],
+    HEAD[2],
+    HEAD[3],
+    HEAD[4],
+    HEAD[5],
+    HEAD[6],
     col("target", Role::Label, Kind::Text, |r| {
         r.target.as_ref().map_or(Value::Empty, |t| Value::Str(&t.0))
     }),
@@ -329,32 +344,13 @@ static COLUMNS: &[Column<BioRecord>] = &[
     col("q2r_ns", Role::Stage, Kind::U64, |r| opt(r.q2r_ns)),
     col("r2c_ns", Role::Stage, Kind::U64, |r| opt(r.r2c_ns)),
     col("q2c_ns", Role::Stage, Kind::U64, |r| opt(r.q2c_ns)),
-    col("error", Role::Value, Kind::I64, |r| {
-        Value::I64(r.error as i64)
-    }),
-    col("qd", Role::Value, Kind::U64, |r| Value::U64(r.qd as u64)),
-    col("candidates", Role::Value, Kind::U64, |r| {
-        opt(r.candidates.map(u64::from))
-    }),
-    col("status", Role::Status, Kind::Text, |r| {
-        Value::Str(r.status.as_str())
-    }),
+    TAIL[0],
+    TAIL[1],
+    TAIL[2],
+    TAIL[3],
 ];
 
-impl Tabled for BioRecord {
-    const PROFILE: &'static str = "bio";
-    const COLUMNS: &'static [Column<Self>] = COLUMNS;
-    fn table() -> &'static Schema {
-        static S: OnceLock<Schema> = OnceLock::new();
-        schema_cell::<Self>(&S)
-    }
-    fn first_ns(&self) -> u64 {
-        self.start_ns
-    }
-    fn outcome(&self) -> Status {
-        self.status
-    }
-}
+crate::tabled!(BioRecord, "bio", COLUMNS, |r| r.start_ns, |r| r.status);
 
 #[cfg(test)]
 mod tests {

@@ -2,15 +2,14 @@
 //! `nvmet_req_complete`, keyed by (cntlid, qid, cid): how long each command stays in
 //! the target.
 
-use crate::correlate::{Correlator, Counters, Status};
+use crate::correlate::{Correlator, Counters};
 use crate::decode::Event;
 use crate::profile::nvme::cmd::{CmdCore, CmdTracker, Finished, NvmeConfig};
 use crate::profile::nvme::events::NvmeEvent;
 use crate::profile::nvme::record::{
-    core_columns, nvme_status_column, opt, qd_column, status_column, HasCore,
+    core_columns, nvme_status_column, qd_column, status_column, HasCore,
 };
-use crate::record::{schema_cell, Column, Kind, Role, Schema, Tabled, Value};
-use std::sync::OnceLock;
+use crate::record::{opt, Column, Kind, Role, Value};
 
 /// One command as the target saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,20 +70,9 @@ static COLUMNS: &[Column<NvmetRecord>] = &[
     status_column(),
 ];
 
-impl Tabled for NvmetRecord {
-    const PROFILE: &'static str = "nvmet";
-    const COLUMNS: &'static [Column<Self>] = COLUMNS;
-    fn table() -> &'static Schema {
-        static S: OnceLock<Schema> = OnceLock::new();
-        schema_cell::<Self>(&S)
-    }
-    fn first_ns(&self) -> u64 {
-        self.core.submit_ns
-    }
-    fn outcome(&self) -> Status {
-        self.core.status
-    }
-}
+crate::tabled!(NvmetRecord, "nvmet", COLUMNS, |r| r.core.submit_ns, |r| r
+    .core
+    .status);
 
 pub struct NvmetCorrelator {
     tracker: CmdTracker,
@@ -138,7 +126,7 @@ mod tests {
     use crate::profile::nvme::cmd::CmdSelect;
     use crate::profile::nvme::tests::{guest_tracefs, rw_dwords};
     use crate::profile::nvmet::events::layout;
-    use crate::record::IoRecord;
+    use crate::record::{IoRecord, Status};
     use crate::synth::RecordBuilder;
     use crate::testutil::{cells, labels};
     use crate::tracefs::EventFormat;
