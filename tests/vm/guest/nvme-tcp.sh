@@ -56,7 +56,7 @@ fio_cmd() {   # fio_cmd SHAPE JSON_OUT
         # 2 jobs at QD8 over 8 blocks of 128 KiB: commands to the same sector in flight
         # at once, all the time.
         hot-*) base=${base#hot-} n=$NIOS
-               engine="--ioengine=libaio --iodepth=8 --numjobs=2 --cpus_allowed=0-1 --cpus_allowed_policy=split --norandommap" size=1m ;;
+               engine="--ioengine=libaio --iodepth=8 --numjobs=2 --cpus_allowed=0-1 --cpus_allowed_policy=split --norandommap --io_size=1g" size=1m ;;
     esac
     case $base in
         randread-4k) rw=randread bs=4k ;;
