@@ -225,7 +225,7 @@ fn narrowest(ios: &[Io]) -> i64 {
         .unwrap()
 }
 
-const SPAN: u64 = 10_000_000_000;
+const SPAN: u64 = 5_000_000_000;
 const SKEW: u64 = 50_000_000; // merge's default --max-skew-ms 50
 
 #[test]
@@ -302,7 +302,7 @@ fn constant_offsets_pair_every_row_and_are_recovered() {
 }
 
 /// A drifting offset: the target's clock runs `ppm` fast or slow over a 10 s run, so
-/// the true offset moves by ppm × 10 µs. merge estimates one offset for the whole run;
+/// the true offset moves by ppm × 5 µs. merge estimates one offset for the whole run;
 /// pairing tolerates an error up to the slack of each I/O (queue-to-arrival before,
 /// reply-to-receive after, ≥ 20 µs here). Within that, every row must pair and the
 /// estimate must fall inside the range the offset went through.
