@@ -8,8 +8,8 @@
 //! the public `ntprof_perf::correlate::merge::merge`. Every I/O carries its number in
 //! `slba` on both sides, so a pairing can be checked, not just counted.
 
-use ntprof_perf::correlate::merge::{merge, MergeStats, Row};
-use ntprof_perf::correlate::nvme_tcp::{HostPart, TargetPart, TcpRecord};
+use ntprof_perf::profile::nvme_tcp::merge::{merge, MergeStats, Row};
+use ntprof_perf::profile::nvme_tcp::model::{HostPart, TargetPart, TcpRecord};
 use ntprof_perf::sink::time::format_utc;
 
 /// xorshift64*: deterministic, so a failure is reproducible from the seed.
@@ -395,12 +395,10 @@ const WALL_80MS: Clocks = Clocks {
 };
 
 /// With the default 50 ms the true offset is outside the search window; rows may then
-/// stay unpaired, but none may be paired with another I/O. Fails today: merge pairs
-/// some host rows with the target row of another generation of the same command id
-/// (observed: 282 of 22,162), because `fits` checks (cntlid, qid, cid) and time only,
-/// not the opcode, slba and length both sides recorded.
+/// stay unpaired, but none may be paired with another I/O. Before `fits` compared the
+/// opcode, slba and length both sides record, merge paired host rows with the target
+/// row of another generation of the same command id (282 of 22,162 here).
 #[test]
-#[ignore = "merge mis-pairs rows when the wall clocks disagree by more than --max-skew-ms"]
 fn wall_clocks_beyond_max_skew_never_pair_wrongly() {
     let ios = traffic(0x3a11, 2_000_000_000);
     let narrow = run(&ios, WALL_80MS, SKEW);

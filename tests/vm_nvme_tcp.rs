@@ -672,11 +672,10 @@ fn merge_with_moved_clock(dir: &Path, host: &Path, target: &Path) {
 /// (`missing:blk_complete`), and the second's later events count as `unmatched` —
 /// while the health line still says `incomplete 0`. Seen once in 800 QD8 128 KiB
 /// random writes before the QD8 shapes got a region per job; here (400 I/Os) 416 rows,
-/// 177 with gaps, 133 unmatched. main's correlator (dae3090: `by_sector` became a
-/// multi-map preferring the completed command, src/profile/nvme_tcp/join.rs) passes
-/// it: 400 rows, all complete, 400 paired. Remove the `ignore` when merging there.
+/// 177 with gaps, 133 unmatched. The correlator now keeps every command of a place
+/// (`by_sector` in src/profile/nvme_tcp/join.rs, preferring the completed command):
+/// 400 rows, all complete, 400 paired.
 #[test]
-#[ignore = "fails on this branch's correlator (same-sector commands swap block completions); passes on main"]
 fn nvme_tcp_same_sector_commands_in_flight() {
     if !vm_enabled("nvme_tcp_same_sector_commands_in_flight") {
         return;

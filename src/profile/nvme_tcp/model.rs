@@ -276,6 +276,16 @@ pub fn fits(h: &HostPart, t: &TargetPart, off: i64) -> bool {
     if (h.cntlid, h.qid, h.cid) != (t.cntlid, t.qid, t.cid) {
         return false;
     }
+    // The command itself must agree where both sides recorded it: a cid is reused,
+    // and with a wrong clock offset an earlier command of the same cid can fit the
+    // times; its opcode, place or length tells it apart.
+    if h.opcode.is_some_and(|o| o != t.opcode) {
+        return false;
+    }
+    let rw = matches!(t.opcode, 0x01 | 0x02);
+    if rw && (h.slba.is_some_and(|s| s != t.slba) || h.bytes.is_some_and(|b| b != t.len as u64)) {
+        return false;
+    }
     let start = h.queue_ns.unwrap_or(h.start_ns) as i128;
     let arrive = t.recv_ns as i128 + off as i128;
     let ok_start = arrive >= start;
