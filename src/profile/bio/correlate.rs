@@ -16,7 +16,7 @@ use crate::correlate::{Correlator, Counters, FxMap, Status};
 use crate::decode::Event;
 use crate::device::{dev_major, dev_minor};
 use crate::profile::block::events::Op;
-use crate::profile::block::record::{head_columns, tail_columns, BlockIo};
+use crate::profile::block::record::{head_columns, tail_columns, DeviceIo, HasDeviceIo};
 use crate::record::{col, opt, Column, Kind, Role, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,23 +88,25 @@ pub struct BioCorrelator {
 /// One bio on a bio-based device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BioRecord {
-    pub start_ns: u64,
-    pub dev: u32,
-    pub device: Arc<str>,
-    pub op: Op,
-    pub sector: u64,
-    pub bytes: u64,
+    pub io: DeviceIo,
     /// The device (and sector there) the last remap sent the bio to.
     pub target: Option<(Arc<str>, u32, u64)>,
     pub q2r_ns: Option<u64>,
     pub r2c_ns: Option<u64>,
     pub q2c_ns: Option<u64>,
-    pub error: i32,
-    /// Bios in flight on the device when it was queued, itself included.
-    pub qd: u32,
-    /// Bios of the same (device, sector) its completion was paired among (1: certain).
-    pub candidates: Option<u32>,
-    pub status: Status,
+}
+
+impl std::ops::Deref for BioRecord {
+    type Target = DeviceIo;
+    fn deref(&self) -> &DeviceIo {
+        &self.io
+    }
+}
+
+impl HasDeviceIo for BioRecord {
+    fn io(&self) -> &DeviceIo {
+        &self.io
+    }
 }
 
 impl BioCorrelator {
@@ -150,20 +152,22 @@ impl BioCorrelator {
         };
         let target = io.target.map(|(d, s)| (self.name(d), d, s));
         BioRecord {
-            start_ns: io.first,
-            dev: key.0,
-            device: self.name(key.0),
-            op: io.op,
-            sector: key.1,
-            bytes: io.bytes,
+            io: DeviceIo {
+                start_ns: io.first,
+                dev: key.0,
+                device: self.name(key.0),
+                op: io.op,
+                sector: key.1,
+                bytes: io.bytes,
+                error,
+                qd: Some(io.qd),
+                candidates: done.map(|_| candidates as u32),
+                status,
+            },
             target,
             q2r_ns: io.remap.map(|r| r.saturating_sub(io.first)),
             r2c_ns: r2c,
             q2c_ns: q2c,
-            error,
-            qd: io.qd,
-            candidates: done.map(|_| candidates as u32),
-            status,
         }
     }
 
@@ -288,39 +292,6 @@ impl Correlator for BioCorrelator {
     }
 }
 
-impl BlockIo for BioRecord {
-    fn start(&self) -> u64 {
-        self.start_ns
-    }
-    fn device(&self) -> &str {
-        &self.device
-    }
-    fn dev(&self) -> u32 {
-        self.dev
-    }
-    fn op(&self) -> Op {
-        self.op
-    }
-    fn sector(&self) -> u64 {
-        self.sector
-    }
-    fn bytes(&self) -> u64 {
-        self.bytes
-    }
-    fn error(&self) -> i32 {
-        self.error
-    }
-    fn qd(&self) -> Option<u32> {
-        Some(self.qd)
-    }
-    fn candidates(&self) -> Option<u32> {
-        self.candidates
-    }
-    fn status(&self) -> Status {
-        self.status
-    }
-}
-
 const HEAD: [Column<BioRecord>; 7] = head_columns();
 const TAIL: [Column<BioRecord>; 4] = tail_columns();
 
@@ -350,7 +321,9 @@ static COLUMNS: &[Column<BioRecord>] = &[
     TAIL[3],
 ];
 
-crate::tabled!(BioRecord, "bio", COLUMNS, |r| r.start_ns, |r| r.status);
+crate::tabled!(BioRecord, "bio", COLUMNS, |r| r.io.start_ns, |r| r
+    .io
+    .status);
 
 #[cfg(test)]
 mod tests {

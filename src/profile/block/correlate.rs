@@ -31,7 +31,7 @@
 //! sector, where the rest completes.
 
 use super::events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
-use super::record::BlockRecord;
+use super::record::{BlockRecord, DeviceIo};
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::{Correlator, Counters, FxMap, Status};
 use crate::decode::Event;
@@ -145,22 +145,24 @@ impl BlockCorrelator {
             None => (None, None, 0, Status::Incomplete),
         };
         BlockRecord {
-            start_ns: start,
-            dev,
-            device: self.name(dev),
-            op: p.op,
-            sector: p.sector,
-            bytes: p.bytes,
+            io: DeviceIo {
+                start_ns: start,
+                dev,
+                device: self.name(dev),
+                op: p.op,
+                sector: p.sector,
+                bytes: p.bytes,
+                error,
+                qd: p.qd,
+                candidates: done.map(|_| candidates as u32),
+                status,
+            },
             q2d_ns: match (p.insert, p.issue) {
                 (Some(q), Some(d)) => Some(d.saturating_sub(q)),
                 _ => None,
             },
             d2c_ns: d2c,
             q2c_ns: q2c,
-            error,
-            qd: p.qd,
-            candidates: done.map(|_| candidates as u32),
-            status,
         }
     }
 

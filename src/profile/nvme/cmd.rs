@@ -91,6 +91,19 @@ pub struct NvmeConfig {
     pub max_in_flight: usize,
 }
 
+impl NvmeConfig {
+    /// The command selection flags, and the LBA size of every disk of this host (a
+    /// host namespace's disk, or the device a target namespace exports).
+    pub fn from_ctx(ctx: &PlanCtx<'_>) -> NvmeConfig {
+        let names = ctx.sys.names();
+        NvmeConfig {
+            select: CmdSelect::from_flags(ctx),
+            lba_sizes: ctx.sys.logical_block_sizes(names.values()),
+            ..Default::default()
+        }
+    }
+}
+
 impl Default for NvmeConfig {
     fn default() -> Self {
         NvmeConfig {

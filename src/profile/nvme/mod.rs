@@ -15,7 +15,7 @@ pub(crate) mod tests;
 use super::{EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::profile::block::dev_filter;
 use crate::record::{Schema, Tabled};
-use cmd::{CmdSelect, NvmeConfig, DEFAULT_LBA_SIZE};
+use cmd::{NvmeConfig, DEFAULT_LBA_SIZE};
 use correlate::NvmeCorrelator;
 use record::NvmeRecord;
 
@@ -112,19 +112,16 @@ impl Profile for Nvme {
 
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {
         ctx.require(|_| true)?;
-        let select = CmdSelect::from_flags(ctx);
-        let names = ctx.sys.names();
-        let cfg = NvmeConfig {
-            select: select.clone(),
-            lba_sizes: ctx.sys.logical_block_sizes(names.values()),
-            // Host disks only: their block events give the time before the driver.
-            disk_devs: names
-                .iter()
-                .filter(|(_, n)| n.starts_with("nvme"))
-                .map(|(d, n)| (n.clone(), *d))
-                .collect(),
-            ..Default::default()
-        };
+        let mut cfg = NvmeConfig::from_ctx(ctx);
+        let select = cfg.select.clone();
+        // Host disks only: their block events give the time before the driver.
+        cfg.disk_devs = ctx
+            .sys
+            .names()
+            .into_iter()
+            .filter(|(_, n)| n.starts_with("nvme"))
+            .map(|(d, n)| (n, d))
+            .collect();
         let mut b = PlanBuilder::new(ctx.tfs);
         if cfg.disk_devs.is_empty() {
             b.note(format!(

@@ -40,6 +40,9 @@ pub(super) struct Rig {
     /// (time, cpu, raw) in the order the rings hold them.
     pub(super) samples: Vec<(u64, u32, Vec<u8>)>,
     pub(super) cpu: u32,
+    /// (slba, len) of each cid's latest queue_rq: the target's `done_recv_pdu` carries
+    /// the same command (merge pairs on it), unless a scenario says otherwise.
+    pub(super) cmds: HashMap<u64, (u64, u64)>,
 }
 
 pub(super) fn rig() -> Rig {
@@ -55,6 +58,7 @@ pub(super) fn rig() -> Rig {
         decoder,
         samples: Vec::new(),
         cpu: 0,
+        cmds: HashMap::new(),
     }
 }
 
@@ -110,6 +114,13 @@ impl Rig {
             ("opcode", op),
         ];
         f.extend_from_slice(fields);
+        if let (true, Some(&(slba, len))) = (ev == "done_recv_pdu", self.cmds.get(&cid)) {
+            for (k, v) in [("slba", slba), ("len", len)] {
+                if !f.iter().any(|(name, _)| *name == k) {
+                    f.push((k, v));
+                }
+            }
+        }
         self.push(t, &format!("nvmet_tcp_{ev}"), &f)
     }
 
@@ -138,6 +149,7 @@ impl Rig {
         sector: u64,
     ) -> &mut Self {
         let inline = (op == 1 && len <= 8192) as u64;
+        self.cmds.insert(cid, (sector / 8, len));
         self.h(
             t,
             "queue_rq",

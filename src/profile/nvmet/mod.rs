@@ -5,7 +5,7 @@ pub mod correlate;
 pub mod events;
 
 use super::{EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile};
-use crate::profile::nvme::cmd::{CmdSelect, NvmeConfig};
+use crate::profile::nvme::cmd::NvmeConfig;
 use crate::profile::nvme::selection_args;
 use crate::record::{Schema, Tabled};
 use correlate::{NvmetCorrelator, NvmetRecord};
@@ -52,14 +52,8 @@ impl Profile for Nvmet {
 
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {
         ctx.require(|_| true)?;
-        let select = CmdSelect::from_flags(ctx);
-        let names = ctx.sys.names();
-        let cfg = NvmeConfig {
-            select: select.clone(),
-            // The namespace's device_path names a disk (`/dev/nullb0`): its LBA size.
-            lba_sizes: ctx.sys.logical_block_sizes(names.values()),
-            ..Default::default()
-        };
+        let cfg = NvmeConfig::from_ctx(ctx);
+        let select = cfg.select.clone();
         let mut b = PlanBuilder::new(ctx.tfs);
         for e in EVENTS {
             let filter = match e.event {
