@@ -3,6 +3,8 @@
 # Idempotent: installs only what is missing. Rust itself is expected (rustup / Debian).
 set -euo pipefail
 pkgs=(fio util-linux kmod
+      # tests/spreadsheet.rs: the CSV as LibreOffice Calc imports it
+      libreoffice-calc
       # the VM rig (tests/vm); kernel_change/check.sh installs the sources it checks
       qemu-system-x86 busybox-static linux-source-6.1 rsync dmsetup
       build-essential flex bison bc libelf-dev libssl-dev cpio xz-utils)
