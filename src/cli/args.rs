@@ -4,6 +4,7 @@
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use ntprof_perf::profile;
+use ntprof_perf::sink::stat::{Percentiles, StatFormat};
 use std::path::PathBuf;
 
 /// Where does I/O latency go? A user-space latency profiler for NVMe over TCP, NVMe and
@@ -101,6 +102,35 @@ pub struct StatArgs {
     /// Seconds between interval tables (fractions allowed); 0 prints only the summary.
     #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS")]
     pub interval: f64,
+    #[command(flatten)]
+    pub show: Show,
+}
+
+/// How latency tables are shown (stat and report).
+#[derive(Debug, Args)]
+pub struct Show {
+    /// JSON lines instead of tables: one object per interval and one summary, with the
+    /// groups' labels, each stage's count, mean, percentiles and max (ns), and the lost,
+    /// unmatched and incomplete counters.
+    #[arg(long)]
+    pub json: bool,
+    /// Percentiles to show, comma-separated (each above 0, at most 100).
+    #[arg(long, value_name = "LIST", default_value = "50,90,99,99.9", value_parser = percentiles)]
+    pub percentiles: Percentiles,
+}
+
+impl Show {
+    pub fn format(&self) -> StatFormat {
+        StatFormat {
+            json: self.json,
+            percentiles: self.percentiles.clone(),
+            intervals: false,
+        }
+    }
+}
+
+fn percentiles(s: &str) -> Result<Percentiles, String> {
+    Percentiles::parse(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -121,6 +151,8 @@ pub struct MergeArgs {
 pub struct ReportArgs {
     /// A CSV written by `ntprof-perf record`.
     pub file: PathBuf,
+    #[command(flatten)]
+    pub show: Show,
 }
 
 /// Every profile's own flags, once per id (profiles sharing a flag define it alike).

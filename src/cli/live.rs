@@ -132,7 +132,9 @@ pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
         Some(seconds("interval", a.interval)?)
     };
     let r = plan(&a.sel, flags)?;
-    let sink = StatSink::new(r.profile.schema(), Box::new(std::io::stdout()));
+    let mut format = a.show.format();
+    format.intervals = interval.is_some();
+    let sink = StatSink::new(r.profile.schema(), Box::new(std::io::stdout()), format);
     run(r, Output::Stat(Box::new(sink), interval), None)
 }
 

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use ntprof_perf::profile;
 use ntprof_perf::record::Row;
 use ntprof_perf::sink::csv::open_reader;
-use ntprof_perf::sink::stat::{summary, StatTable};
+use ntprof_perf::sink::stat::{json_line, summary, StatTable};
 use ntprof_perf::sink::Health;
 
 pub fn report(a: &ReportArgs) -> Result<i32> {
@@ -39,11 +39,19 @@ pub fn report(a: &ReportArgs) -> Result<i32> {
             .with_context(|| format!("{path} line {line}"))?;
         rows += 1;
     }
+    let pcts = &a.show.percentiles;
+    if a.show.json {
+        print!(
+            "{}",
+            json_line("summary", 0.0, p.name(), &table, None, pcts)
+        );
+        return Ok(0);
+    }
     let head = format!("report: {path}, profile {}, {rows} rows", p.name());
     // A CSV cannot know what the kernel dropped while recording: only row counts here.
     print!(
         "{}",
-        summary(&table, &head, &Health::default()).replacen(
+        summary(&table, &head, &Health::default(), pcts).replacen(
             "samples 0  lost 0  unmatched 0  incomplete 0  in-flight 0",
             "(lost samples are reported by record at exit)",
             1,

@@ -7,6 +7,9 @@ pub mod csv;
 pub mod stat;
 pub mod time;
 
+#[cfg(test)]
+pub(crate) mod testrec;
+
 use crate::record::Counters;
 
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,124 @@
+//! The outputs people load, on the real kernel: `stat --json`, `record --min-latency`,
+//! the live status line, Parquet.
+
+mod common;
+
+use common::*;
+use serde_json::Value as Json;
+use std::process::Command;
+
+/// The stage entry `stage` of the group whose labels are `labels` in a JSON line.
+fn stage<'a>(line: &'a Json, labels: &[(&str, &str)], stage: &str) -> Option<&'a Json> {
+    line["groups"]
+        .as_array()?
+        .iter()
+        .find(|g| labels.iter().all(|(k, v)| g["labels"][*k] == *v))?["stages"]
+        .as_array()?
+        .iter()
+        .find(|s| s["stage"] == stage)
+}
+
+#[test]
+fn stat_json_lines_count_what_was_issued() {
+    if !kernel_ready("stat_json_lines_count_what_was_issued") {
+        return;
+    }
+    let l = LoopDev::new("json", 64);
+    l.scheduler("mq-deadline");
+    let script = format!(
+        "dd if=/dev/zero of={d} bs=8k count=120 oflag=direct status=none && sleep 0.3 && \
+         dd if={d} of=/dev/null bs=4k count=70 iflag=direct status=none",
+        d = l.dev
+    );
+    let out = run_ok(Command::new(bin()).args([
+        "stat",
+        "-d",
+        &l.name,
+        "--json",
+        "--percentiles",
+        "50,99.99",
+        "--interval",
+        "0.1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Json> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let (summary, intervals) = lines.split_last().expect("at least the summary");
+    assert_eq!(summary["type"], "summary", "{text}");
+    assert!(intervals.len() >= 3, "an interval line every 0.1 s: {text}");
+    assert!(intervals.iter().all(|l| l["type"] == "interval"));
+    for (labels, n) in [
+        ([("device", l.name.as_str()), ("op", "write")], 120),
+        ([("device", l.name.as_str()), ("op", "read")], 70),
+    ] {
+        for st in ["q2d", "d2c", "q2c"] {
+            let s =
+                stage(summary, &labels, st).unwrap_or_else(|| panic!("{labels:?} {st}: {summary}"));
+            assert_eq!(s["count"], n, "{labels:?} {st}: {s}");
+            let ps = s["percentiles_ns"].as_object().unwrap();
+            assert_eq!(ps.keys().collect::<Vec<_>>(), ["50", "99.99"], "{s}");
+            let (p50, p9999, max) = (
+                ps["50"].as_u64().unwrap(),
+                ps["99.99"].as_u64().unwrap(),
+                s["max_ns"].as_u64().unwrap(),
+            );
+            assert!(p50 > 0 && p50 <= p9999 && p9999 <= max, "{s}");
+            // The intervals add up to the summary: every I/O is in exactly one.
+            let sum: u64 = intervals
+                .iter()
+                .filter_map(|i| stage(i, &labels, st))
+                .map(|s| s["count"].as_u64().unwrap())
+                .sum();
+            assert_eq!(sum, n, "{labels:?} {st}");
+        }
+    }
+    for k in ["lost", "unmatched", "incomplete"] {
+        assert_eq!(summary[k], 0, "{k}: {summary}");
+    }
+    assert!(summary["samples"].as_u64().unwrap() >= 190 * 3, "{summary}");
+
+    // The table shows the same percentiles.
+    let out = run_ok(Command::new(bin()).args([
+        "stat",
+        "-d",
+        &l.name,
+        "--interval",
+        "0",
+        "--percentiles",
+        "50,99.99",
+        "--",
+        "dd",
+        &format!("if={}", l.dev),
+        "of=/dev/null",
+        "bs=4k",
+        "count=5",
+        "iflag=direct",
+        "status=none",
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("P50_us  P99.99_us  MAX_us"), "{text}");
+    assert_eq!(
+        table_count(&text, &[&l.name, "read"], "d2c"),
+        Some(5),
+        "{text}"
+    );
+}
+
+#[test]
+fn percentile_lists_are_checked() {
+    for bad in ["0", "50,101", "p99", ""] {
+        let out = Command::new(bin())
+            .args(["stat", "--percentiles", bad])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--percentiles"), "{bad}: {err}");
+    }
+}
