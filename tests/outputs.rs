@@ -122,3 +122,91 @@ fn percentile_lists_are_checked() {
         assert!(err.contains("--percentiles"), "{bad}: {err}");
     }
 }
+
+fn write_script(dev: &str, count: u32) -> String {
+    format!("dd if=/dev/zero of={dev} bs=4k count={count} oflag=direct status=none")
+}
+
+#[test]
+fn min_latency_writes_the_slow_ios_and_counts_every_io() {
+    if !kernel_ready("min_latency_writes_the_slow_ios_and_counts_every_io") {
+        return;
+    }
+    let l = LoopDev::new("minlat", 64);
+    l.scheduler("none");
+    let csv = tmp("minlat.csv");
+    let run = |min: &str| {
+        let out = run_ok(
+            Command::new(bin())
+                .args(["record", "-d", &l.dev, "--min-latency", min, "-o"])
+                .arg(&csv)
+                .args(["--", "sh", "-c", &write_script(&l.dev, 100)]),
+        );
+        (
+            String::from_utf8_lossy(&out.stderr).to_string(),
+            read_csv(&csv),
+        )
+    };
+    let (err, rows) = run("1s");
+    assert!(err.contains("100 I/Os seen, 0 written to"), "{err}");
+    assert!(rows.is_empty());
+    let (err, rows) = run("0ns");
+    assert!(err.contains("100 I/Os seen, 100 written to"), "{err}");
+    assert_eq!(rows.len(), 100);
+    // The total is the largest stage: q2c for the block profile.
+    let (err, rows) = run("15us");
+    let written = rows.len();
+    assert!(
+        err.contains(&format!("100 I/Os seen, {written} written to")),
+        "{err}"
+    );
+    for r in &rows {
+        assert!(num(r, "q2c_ns") >= 15_000, "{r:?}");
+    }
+    let _ = std::fs::remove_file(csv);
+}
+
+#[test]
+fn record_shows_a_status_line_on_a_terminal_only() {
+    if !kernel_ready("record_shows_a_status_line_on_a_terminal_only") {
+        return;
+    }
+    let l = LoopDev::new("status", 64);
+    l.scheduler("none");
+    let csv = tmp("status.csv");
+    // Two ticks (1 s apart) while the command runs, then the end.
+    let work = format!("{} && sleep 2.3", write_script(&l.dev, 50));
+    let cmd = format!(
+        "{} record -d {} -o {} -- sh -c '{work}'",
+        bin(),
+        l.dev,
+        csv.display()
+    );
+    // `script` gives the command a pseudo-terminal and copies what it shows to stdout.
+    let out = run_ok(Command::new("script").args(["-qec", &cmd, "/dev/null"]));
+    let tty = String::from_utf8_lossy(&out.stdout);
+    let draws = tty.matches("\r\x1b[Kntprof-perf: ").count();
+    assert!(draws >= 2, "a redraw every second: {tty:?}");
+    assert!(
+        tty.contains("\r\x1b[Kntprof-perf: 50 rows written  "),
+        "{tty:?}"
+    );
+    assert!(tty.contains("samples 100  lost 0  in-flight 0"), "{tty:?}");
+    // Erased before the exit line, which then starts a clean line.
+    assert!(
+        tty.contains("\r\x1b[Kntprof-perf: 50 I/Os written to"),
+        "{tty:?}"
+    );
+    assert_eq!(read_csv(&csv).len(), 50);
+
+    let out = run_ok(
+        Command::new(bin())
+            .args(["record", "-d", &l.dev, "-o"])
+            .arg(&csv)
+            .args(["--", "sh", "-c", &work]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains('\r') && !err.contains("\x1b["), "{err:?}");
+    assert!(err.contains("50 I/Os written to"), "{err}");
+    let _ = std::fs::remove_file(csv);
+}

@@ -93,6 +93,15 @@ pub struct RecordArgs {
     /// Write the CSV here instead of standard output. Created before tracing starts.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Write only I/Os whose total latency is at least this (units ns, us, ms, s:
+    /// `500us`, `2ms`). The total is the largest stage value of the I/O (the stage that
+    /// spans it: q2c, total, host_total…). The exit line still counts every I/O seen.
+    #[arg(long, value_name = "LATENCY", value_parser = min_latency)]
+    pub min_latency: Option<u64>,
+}
+
+fn min_latency(s: &str) -> Result<u64, String> {
+    ntprof_perf::sink::recorder::parse_latency(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]

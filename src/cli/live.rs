@@ -13,6 +13,7 @@ use ntprof_perf::perf::{online_cpus, EventSpec, GroupConfig, PerfGroup};
 use ntprof_perf::pipeline::{run_live, LiveOptions, RunError, StopReason};
 use ntprof_perf::profile::{self, Plan, PlanCtx, Profile};
 use ntprof_perf::sink::csv::CsvSink;
+use ntprof_perf::sink::recorder::{Recorder, StatusLine};
 use ntprof_perf::sink::stat::StatSink;
 use ntprof_perf::sink::time::WallClock;
 use ntprof_perf::sink::Health;
@@ -115,14 +116,15 @@ fn check_command(cmd: &str) -> Result<()> {
 
 /// Where records go.
 enum Output {
-    Csv(CsvSink),
+    Rows(Recorder),
     Stat(Box<StatSink>, Option<Duration>),
 }
 
 pub fn record(a: RecordArgs, flags: &clap::ArgMatches) -> Result<i32> {
     let r = plan(&a.sel, flags)?;
-    let sink = CsvSink::create(a.output.as_deref(), r.profile.schema(), WallClock::now())?;
-    run(r, Output::Csv(sink), a.output)
+    let writer = CsvSink::create(a.output.as_deref(), r.profile.schema(), WallClock::now())?;
+    let rec = Recorder::new(Box::new(writer), a.min_latency, StatusLine::on_stderr());
+    run(r, Output::Rows(rec), a.output)
 }
 
 pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
@@ -184,13 +186,13 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
         tick: match &out {
             Output::Stat(_, i) => *i,
             // Rows reach the file at least every second.
-            Output::Csv(_) => Some(Duration::from_secs(1)),
+            Output::Rows(_) => Some(Duration::from_secs(1)),
         },
         deadline: r.duration.map(|d| started + d),
     };
     let t0 = Instant::now();
     let result = match &mut out {
-        Output::Csv(sink) => run_live(&mut group, pipe, &opts, &mut should_stop, sink),
+        Output::Rows(sink) => run_live(&mut group, pipe, &opts, &mut should_stop, sink),
         Output::Stat(sink, _) => run_live(&mut group, pipe, &opts, &mut should_stop, sink.as_mut()),
     };
     // Whatever happened, the command must not outlive the run.
@@ -205,11 +207,17 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
     };
     finish_output(&mut out, &health, t0, r.profile)?;
     let rows = match &out {
-        Output::Csv(s) => format!(
-            "{} I/Os written to {}",
-            s.rows(),
-            csv_path.map_or("standard output".to_string(), |p| p.display().to_string())
-        ),
+        Output::Rows(s) => {
+            let to = csv_path.map_or("standard output".to_string(), |p| p.display().to_string());
+            match s.min_ns() {
+                None => format!("{} I/Os written to {to}", s.written()),
+                Some(min) => format!(
+                    "{} I/Os seen, {} written to {to} (total latency >= {min} ns)",
+                    s.seen(),
+                    s.written()
+                ),
+            }
+        }
         Output::Stat(..) => "stat done".to_string(),
     };
     eprintln!("ntprof-perf: {rows}; {}", health.line());
@@ -258,7 +266,7 @@ fn finish_child(child: Option<&mut Child>) -> Option<Option<i32>> {
 
 fn finish_output(out: &mut Output, health: &Health, t0: Instant, p: &dyn Profile) -> Result<()> {
     match out {
-        Output::Csv(s) => s.finish()?,
+        Output::Rows(s) => s.finish()?,
         Output::Stat(s, _) => {
             let header = format!(
                 "summary: profile {}, {:.1}s",

@@ -4,6 +4,7 @@
 //! returns the flush error so nothing already recorded is lost silently.
 
 pub mod csv;
+pub mod recorder;
 pub mod stat;
 pub mod time;
 
