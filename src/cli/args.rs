@@ -90,14 +90,27 @@ pub struct Selection {
 pub struct RecordArgs {
     #[command(flatten)]
     pub sel: Selection,
-    /// Write the CSV here instead of standard output. Created before tracing starts.
+    /// Write the rows here instead of standard output; created before tracing starts.
+    /// A name ending in `.parquet` is written as Parquet. Repeatable: the same rows go
+    /// to every file (`-o io.csv -o io.parquet`).
     #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    pub output: Vec<PathBuf>,
+    /// Format of the -o files whose name does not say (default csv). Parquet needs a
+    /// file: it is written with positional writes, its footer kept valid at every flush.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<Format>,
     /// Write only I/Os whose total latency is at least this (units ns, us, ms, s:
     /// `500us`, `2ms`). The total is the largest stage value of the I/O (the stage that
     /// spans it: q2c, total, host_total…). The exit line still counts every I/O seen.
     #[arg(long, value_name = "LATENCY", value_parser = min_latency)]
     pub min_latency: Option<u64>,
+}
+
+/// `record`'s row formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Csv,
+    Parquet,
 }
 
 fn min_latency(s: &str) -> Result<u64, String> {

@@ -4,7 +4,7 @@
 //! host into a [`Plan`]; everything here only opens what the plan lists and drives
 //! its pipeline into a sink.
 
-use super::args::{profile_args, RecordArgs, Selection, StatArgs};
+use super::args::{profile_args, Format, RecordArgs, Selection, StatArgs};
 use super::seconds;
 use anyhow::{bail, Context, Result};
 use clap::parser::ValueSource;
@@ -13,12 +13,13 @@ use ntprof_perf::perf::{online_cpus, EventSpec, GroupConfig, PerfGroup};
 use ntprof_perf::pipeline::{run_live, LiveOptions, RunError, StopReason};
 use ntprof_perf::profile::{self, Plan, PlanCtx, Profile};
 use ntprof_perf::sink::csv::CsvSink;
-use ntprof_perf::sink::recorder::{Recorder, StatusLine};
+use ntprof_perf::sink::parquet::{FileInfo, ParquetSink};
+use ntprof_perf::sink::recorder::{Recorder, RowWriter, StatusLine, Tee};
 use ntprof_perf::sink::stat::StatSink;
 use ntprof_perf::sink::time::WallClock;
 use ntprof_perf::sink::Health;
 use ntprof_perf::tracefs::Tracefs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -122,9 +123,42 @@ enum Output {
 
 pub fn record(a: RecordArgs, flags: &clap::ArgMatches) -> Result<i32> {
     let r = plan(&a.sel, flags)?;
-    let writer = CsvSink::create(a.output.as_deref(), r.profile.schema(), WallClock::now())?;
-    let rec = Recorder::new(Box::new(writer), a.min_latency, StatusLine::on_stderr());
-    run(r, Output::Rows(rec), a.output)
+    let clock = WallClock::now();
+    let schema = r.profile.schema();
+    let mut writers: Vec<Box<dyn RowWriter>> = Vec::new();
+    for path in &a.output {
+        let format = match path.extension() {
+            Some(e) if e.eq_ignore_ascii_case("parquet") => Format::Parquet,
+            Some(e) if e.eq_ignore_ascii_case("csv") => Format::Csv,
+            _ => a.format.unwrap_or(Format::Csv),
+        };
+        writers.push(match format {
+            Format::Csv => Box::new(CsvSink::create(Some(path), schema, clock)?),
+            Format::Parquet => {
+                let info = FileInfo::this_host(r.profile.name(), r.plan.sample, clock);
+                Box::new(ParquetSink::create(path, schema, clock, &info)?)
+            }
+        });
+    }
+    if writers.is_empty() {
+        if a.format == Some(Format::Parquet) {
+            bail!("--format parquet needs -o FILE (Parquet is not written to a pipe)");
+        }
+        writers.push(Box::new(CsvSink::create(None, schema, clock)?));
+    }
+    let to = if a.output.is_empty() {
+        "standard output".to_string()
+    } else {
+        let names: Vec<String> = a.output.iter().map(|p| p.display().to_string()).collect();
+        names.join(", ")
+    };
+    let writer: Box<dyn RowWriter> = if writers.len() == 1 {
+        writers.remove(0)
+    } else {
+        Box::new(Tee(writers))
+    };
+    let rec = Recorder::new(writer, a.min_latency, StatusLine::on_stderr());
+    run(r, Output::Rows(rec), to)
 }
 
 pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
@@ -137,11 +171,12 @@ pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
     let mut format = a.show.format();
     format.intervals = interval.is_some();
     let sink = StatSink::new(r.profile.schema(), Box::new(std::io::stdout()), format);
-    run(r, Output::Stat(Box::new(sink), interval), None)
+    run(r, Output::Stat(Box::new(sink), interval), String::new())
 }
 
 /// Open the plan's events, run until a stop condition, report.
-fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> {
+/// `to` names where rows go, for the exit line.
+fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     let specs: Vec<EventSpec> = r
         .plan
         .events
@@ -207,17 +242,14 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
     };
     finish_output(&mut out, &health, t0, r.profile)?;
     let rows = match &out {
-        Output::Rows(s) => {
-            let to = csv_path.map_or("standard output".to_string(), |p| p.display().to_string());
-            match s.min_ns() {
-                None => format!("{} I/Os written to {to}", s.written()),
-                Some(min) => format!(
-                    "{} I/Os seen, {} written to {to} (total latency >= {min} ns)",
-                    s.seen(),
-                    s.written()
-                ),
-            }
-        }
+        Output::Rows(s) => match s.min_ns() {
+            None => format!("{} I/Os written to {to}", s.written()),
+            Some(min) => format!(
+                "{} I/Os seen, {} written to {to} (total latency >= {min} ns)",
+                s.seen(),
+                s.written()
+            ),
+        },
         Output::Stat(..) => "stat done".to_string(),
     };
     eprintln!("ntprof-perf: {rows}; {}", health.line());

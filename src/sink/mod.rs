@@ -4,6 +4,8 @@
 //! returns the flush error so nothing already recorded is lost silently.
 
 pub mod csv;
+pub mod input;
+pub mod parquet;
 pub mod recorder;
 pub mod stat;
 pub mod time;
@@ -34,6 +36,11 @@ pub enum SinkError {
     Csv {
         path: std::path::PathBuf,
         source: ::csv::Error,
+    },
+    #[error("{what}: {source}")]
+    Parquet {
+        what: String,
+        source: ::parquet::errors::ParquetError,
     },
     #[error("{path}: {reason}")]
     BadReport {

@@ -19,6 +19,29 @@ pub trait RowWriter {
     fn finish(&mut self) -> Result<(), SinkError>;
 }
 
+/// The same rows to several writers (`-o io.csv -o io.parquet`): one run, identical rows.
+pub struct Tee(pub Vec<Box<dyn RowWriter>>);
+
+impl RowWriter for Tee {
+    fn write(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
+        self.0.iter_mut().try_for_each(|w| w.write(r))
+    }
+    fn flush(&mut self) -> Result<(), SinkError> {
+        self.0.iter_mut().try_for_each(|w| w.flush())
+    }
+    /// Every writer is finished even when one fails; the first error is returned.
+    fn finish(&mut self) -> Result<(), SinkError> {
+        let mut first = Ok(());
+        for w in &mut self.0 {
+            let res = w.finish();
+            if first.is_ok() {
+                first = res;
+            }
+        }
+        first
+    }
+}
+
 /// The latency `--min-latency` compares with: the largest of the record's stage values.
 /// Every profile has a stage that spans the whole I/O as it saw it (`q2c_ns`,
 /// `total_ns`, `host_total_ns`…) and the other stages are parts of it, so the largest

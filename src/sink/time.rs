@@ -33,6 +33,16 @@ impl WallClock {
         WallClock { offset_ns }
     }
 
+    /// realtime − monotonic, ns (what file metadata records).
+    pub fn offset_ns(&self) -> i128 {
+        self.offset_ns
+    }
+
+    /// A recording-clock time as ns since the Unix epoch.
+    pub fn wall_ns(&self, mono_ns: u64) -> i128 {
+        mono_ns as i128 + self.offset_ns
+    }
+
     /// `2026-11-21T13:59:01.123456789` (UTC): a form spreadsheets read as a date-time.
     pub fn format(&self, mono_ns: u64) -> String {
         format_utc(mono_ns as i128 + self.offset_ns)
