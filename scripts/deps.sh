@@ -7,6 +7,8 @@ pkgs=(fio util-linux kmod
       libreoffice-calc
       # tests/parquet.rs: DuckDB (a Python package, installed below) reads the Parquet
       python3 python3-pip
+      # tests/plot.rs: render the SVGs of `plot` as a viewer would
+      librsvg2-bin
       # the VM rig (tests/vm); kernel_change/check.sh installs the sources it checks
       qemu-system-x86 busybox-static linux-source-6.1 rsync dmsetup
       build-essential flex bison bc libelf-dev libssl-dev cpio xz-utils)

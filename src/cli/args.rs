@@ -55,6 +55,46 @@ pub enum Cmd {
     /// times must agree within --max-skew-ms). Stage values never mix the two clocks.
     #[command(verbatim_doc_comment)]
     Merge(MergeArgs),
+    /// Draw a recording (CSV or Parquet) as an SVG picture.
+    ///
+    ///   breakdown  one bar per group (device, op…) and statistic, stacked by stage:
+    ///              mean and p50 of each stage (--p99 adds p99); totals are black marks
+    ///   heatmap    time × latency (log), colour = I/O count; one panel per group
+    ///   histogram  latency distribution per group (--cdf: cumulative)
+    #[command(verbatim_doc_comment)]
+    Plot(PlotArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// A CSV or Parquet file written by `ntprof-perf record`.
+    pub file: PathBuf,
+    /// The SVG to write.
+    #[arg(short, long, value_name = "FILE.svg")]
+    pub output: PathBuf,
+    #[arg(long, value_enum, default_value = "breakdown")]
+    pub kind: PlotKind,
+    /// The stage of heatmap and histogram (default: the total, the largest stage).
+    #[arg(long, value_name = "STAGE")]
+    pub stage: Option<String>,
+    /// breakdown: also p99 bars.
+    #[arg(long)]
+    pub p99: bool,
+    /// histogram: cumulative distribution.
+    #[arg(long)]
+    pub cdf: bool,
+    /// Picture size in pixels.
+    #[arg(long, default_value_t = 1000)]
+    pub width: u32,
+    #[arg(long, default_value_t = 600)]
+    pub height: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlotKind {
+    Breakdown,
+    Heatmap,
+    Histogram,
 }
 
 #[derive(Debug, Args)]
