@@ -29,7 +29,7 @@ pub struct Cli {
 pub enum Cmd {
     /// Show every profile, whether this kernel supports it, and the events it needs.
     List(ListArgs),
-    /// Trace I/O and write one CSV row per I/O (stdout when no -o).
+    /// Trace I/O and write one row per I/O: CSV (stdout when no -o), or Parquet.
     ///
     /// Rows are written as I/Os complete. With a command after `--`, tracing starts
     /// before the command, stops when it exits, and ntprof-perf exits with the command's
@@ -43,7 +43,7 @@ pub enum Cmd {
     /// incomplete I/Os are on every table's header line.
     #[command(verbatim_doc_comment)]
     Stat(StatArgs),
-    /// Print the summary tables of a CSV written by `record` (offline profiling).
+    /// Print the summary tables of a CSV or Parquet file written by `record`.
     Report(ReportArgs),
     /// Join a recording made on the host (`record --side host`) with one made on the
     /// target (`record --side target`) into the full breakdown, the rows a joint
@@ -211,7 +211,7 @@ pub struct MergeArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A CSV written by `ntprof-perf record`.
+    /// A CSV or Parquet file written by `ntprof-perf record`.
     pub file: PathBuf,
     #[command(flatten)]
     pub show: Show,
