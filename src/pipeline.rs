@@ -20,6 +20,24 @@ pub struct Pipeline<C: Correlator> {
     corr: C,
     samples: u64,
     bad_records: u64,
+    /// Newest sample time decoded so far.
+    newest: u64,
+    loss: Option<Loss>,
+}
+
+/// What the kernel's dropped samples cost, attributed from the records: the rings say
+/// *that* samples were lost (PERF_RECORD_LOST), not which. After a loss, a completion
+/// whose start is missing (unmatched) lost its start, and an I/O that started before
+/// the loss and never completed (an `incomplete` row) may have lost its end. Both are
+/// counted as I/Os the loss cost; an I/O whose every event fell in the gap leaves no
+/// trace and cannot be counted.
+#[derive(Debug, Clone, Copy)]
+struct Loss {
+    /// The newest sample time when the latest loss was noticed.
+    at: u64,
+    /// `unmatched` when the first loss was noticed.
+    unmatched_before: u64,
+    cut: u64,
 }
 
 impl<C: Correlator> Pipeline<C> {
@@ -30,7 +48,20 @@ impl<C: Correlator> Pipeline<C> {
             corr,
             samples: 0,
             bad_records: 0,
+            newest: 0,
+            loss: None,
         }
+    }
+
+    /// The rings reported lost samples (see [`Loss`]).
+    pub fn note_loss(&mut self) {
+        let unmatched = self.corr.counters().unmatched;
+        let l = self.loss.get_or_insert(Loss {
+            at: 0,
+            unmatched_before: unmatched,
+            cut: 0,
+        });
+        l.at = self.newest;
     }
 
     /// Decode and queue one raw record; returns its time when it was one of ours.
@@ -39,6 +70,7 @@ impl<C: Correlator> Pipeline<C> {
         self.samples += 1;
         match self.decoder.decode(raw, time, cpu) {
             Ok(Some(ev)) => {
+                self.newest = self.newest.max(time);
                 self.sorter.push(cpu, time, ev);
                 Some(time)
             }
@@ -60,12 +92,22 @@ impl<C: Correlator> Pipeline<C> {
     /// the start of the previous round, see `order`).
     pub fn end_round(&mut self, out: &mut dyn FnMut(C::Record)) {
         let corr = &mut self.corr;
+        let loss = &mut self.loss;
+        let out = &mut |r: C::Record| {
+            count_cut(loss, &r);
+            out(r)
+        };
         self.sorter.end_round(|_, ev| corr.on_event(&ev, out));
     }
 
     /// End of the run: release and correlate everything, give up what is in flight.
     pub fn finish(&mut self, out: &mut dyn FnMut(C::Record)) {
         let corr = &mut self.corr;
+        let loss = &mut self.loss;
+        let out = &mut |r: C::Record| {
+            count_cut(loss, &r);
+            out(r)
+        };
         self.sorter.flush(|_, ev| corr.on_event(&ev, out));
         self.corr.finish(out);
     }
@@ -82,6 +124,14 @@ impl<C: Correlator> Pipeline<C> {
             bad_records: self.bad_records,
             late: self.sorter.late(),
             counters: self.corr.counters(),
+            lost_ios: self.loss.map_or(0, |l| {
+                l.cut
+                    + self
+                        .corr
+                        .counters()
+                        .unmatched
+                        .saturating_sub(l.unmatched_before)
+            }),
         }
     }
 }
@@ -97,6 +147,8 @@ pub trait Stages {
     fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
     fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
     fn health(&self) -> Health;
+    /// The rings reported lost samples since the last drain.
+    fn note_loss(&mut self);
 }
 
 impl<C: Correlator> Stages for Pipeline<C> {
@@ -118,6 +170,18 @@ impl<C: Correlator> Stages for Pipeline<C> {
     }
     fn health(&self) -> Health {
         Pipeline::health(self)
+    }
+    fn note_loss(&mut self) {
+        Pipeline::note_loss(self)
+    }
+}
+
+/// An `incomplete` record that started before a loss may have lost its end.
+fn count_cut<R: IoRecord>(loss: &mut Option<Loss>, r: &R) {
+    if let Some(l) = loss {
+        if r.status() == crate::record::Status::Incomplete && r.start_ns() <= l.at {
+            l.cut += 1;
+        }
     }
 }
 
@@ -194,8 +258,18 @@ pub fn run_live(
         }
     };
     group.disable()?;
-    // Samples written before the disable are still in the rings.
+    // Samples written before the disable are still in the rings. A sample a CPU was
+    // writing when the disable reached it is published a moment later: drain until a
+    // short wait brings nothing new.
     drain_round(group, pipe, sink)?;
+    for _ in 0..5 {
+        let before = pipe.health().samples;
+        std::thread::sleep(Duration::from_millis(2));
+        drain_round(group, pipe, sink)?;
+        if pipe.health().samples == before {
+            break;
+        }
+    }
     let mut first_err = None;
     pipe.finish(&mut |r| deliver(sink, r, &mut first_err));
     if let Some(e) = first_err {
@@ -228,6 +302,7 @@ fn drain_round(
     // Before any ring is read: every sample stamped earlier is either visible in this
     // round's reads or still being written (the sorter's bound lags one round for those).
     pipe.begin_round(group.clock_now()?);
+    let lost_before: u64 = group.lost().iter().map(|(_, n)| n).sum();
     for ring in 0..group.ring_count() {
         let stats = group.drain_ring(ring, |rec| {
             if let Record::Sample(s) = rec {
@@ -237,6 +312,9 @@ fn drain_round(
         // A ring walk that hit a corrupt size resynchronised at the head and skipped
         // what it could not parse: count it with the bad records, never silently.
         pipe.bad_records(stats.malformed + u64::from(stats.ring_error.is_some()));
+    }
+    if group.lost().iter().map(|(_, n)| n).sum::<u64>() > lost_before {
+        pipe.note_loss();
     }
     let mut first_err = None;
     pipe.end_round(&mut |r| deliver(sink, r, &mut first_err));

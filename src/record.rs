@@ -85,6 +85,16 @@ pub enum Value<'a> {
     Time(u64),
 }
 
+/// A label that is usually a static name and sometimes computed (`0x1f`).
+impl From<std::borrow::Cow<'static, str>> for Value<'static> {
+    fn from(s: std::borrow::Cow<'static, str>) -> Self {
+        match s {
+            std::borrow::Cow::Borrowed(s) => Value::Str(s),
+            std::borrow::Cow::Owned(s) => Value::String(s),
+        }
+    }
+}
+
 impl Value<'_> {
     /// The value as a latency, for histograms: `None` when empty, negative or text.
     pub fn as_ns(&self) -> Option<u64> {
@@ -153,6 +163,50 @@ pub struct Column<R> {
     pub role: Role,
     pub kind: Kind,
     pub get: fn(&R) -> Value<'_>,
+}
+
+/// A column, for tables written as one line per column.
+pub const fn col<R>(
+    name: &'static str,
+    role: Role,
+    kind: Kind,
+    get: fn(&R) -> Value<'_>,
+) -> Column<R> {
+    Column {
+        name,
+        role,
+        kind,
+        get,
+    }
+}
+
+/// A number that may not apply: an empty cell, never a fake 0.
+pub fn opt(v: Option<u64>) -> Value<'static> {
+    v.map_or(Value::Empty, Value::U64)
+}
+
+/// Implement [`Tabled`] for a record type from its column table:
+/// `tabled!(BlockRecord, "block", COLUMNS, |r| r.start_ns, |r| r.status);`
+#[macro_export]
+macro_rules! tabled {
+    ($ty:ty, $profile:literal, $columns:expr, |$r:ident| $start:expr, |$s:ident| $status:expr) => {
+        impl $crate::record::Tabled for $ty {
+            const PROFILE: &'static str = $profile;
+            const COLUMNS: &'static [$crate::record::Column<Self>] = $columns;
+            fn table() -> &'static $crate::record::Schema {
+                static S: std::sync::OnceLock<$crate::record::Schema> = std::sync::OnceLock::new();
+                $crate::record::schema_cell::<Self>(&S)
+            }
+            fn first_ns(&self) -> u64 {
+                let $r = self;
+                $start
+            }
+            fn outcome(&self) -> $crate::record::Status {
+                let $s = self;
+                $status
+            }
+        }
+    };
 }
 
 // Not derived: a derive would ask `R: Copy`, and only the fn pointer is copied.
@@ -389,6 +443,8 @@ pub struct Counters {
     /// Completions paired with one of several in-flight requests that shared their
     /// key (the tracepoints carry no request id): the pairing rule chose.
     pub ambiguous: u64,
+    /// Queued requests the scheduler merged into another request (no row of their own).
+    pub merged: u64,
 }
 
 /// Size classes as nvme_bpf and the original ntprof group them.

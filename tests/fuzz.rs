@@ -45,6 +45,7 @@ targets! {
     sample_decoder: 300_000 => sample_decoder_input;
     ring_walker: 200_000 => ring_walker_input;
     perf_record: 300_000 => perf_record_input;
+    recorded_rows: 150_000 => recorded_rows_input;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -660,4 +661,97 @@ fn perf_record_input(rng: &mut Rng) -> bool {
             false
         }
     }
+}
+
+/// A cell as a recording could hold it, or garbage.
+fn cell(rng: &mut Rng) -> String {
+    match rng.below(12) {
+        0 => String::new(),
+        1 => rng.edgy().to_string(),
+        2 => format!("-{}", rng.below(1 << 40)),
+        3 => format!("{:#x}", rng.below(1 << 20)),
+        4 => [
+            "ok",
+            "error",
+            "incomplete",
+            "both",
+            "host",
+            "target",
+            "read",
+            "write",
+        ][rng.usize(8)]
+        .to_string(),
+        5 => [
+            "complete",
+            "missing:host+tgt_exec",
+            "missing:nope",
+            "nvme3",
+            "nvmeX",
+        ][rng.usize(5)]
+        .to_string(),
+        6 => "2026-11-23 01:48:11.164035423".to_string(),
+        7 => {
+            let mut v = vec![0u8; rng.usize(12)];
+            rng.fill(&mut v);
+            String::from_utf8_lossy(&v).into_owned()
+        }
+        _ => rng.below(100_000).to_string(),
+    }
+}
+
+/// What `report` and `merge` do with a recorded file: CSV text with a profile's header
+/// (and sometimes broken quoting or row lengths) read by the csv crate, each row through
+/// the stat table, and nvme-tcp rows back into records and through merge. Accepted:
+/// the row was usable.
+fn recorded_rows_input(rng: &mut Rng) -> bool {
+    use ntprof_perf::profile::nvme_tcp::{merge, model::TcpRecord};
+    use ntprof_perf::record::Row;
+    use ntprof_perf::sink::stat::StatTable;
+    let p = *rng.pick(profile::all());
+    let schema = p.schema();
+    let mut text: String = schema.names().collect::<Vec<_>>().join(",");
+    text.push('\n');
+    let rows = 1 + rng.usize(3);
+    for _ in 0..rows {
+        let n = if rng.chance(90) {
+            schema.columns.len()
+        } else {
+            rng.usize(schema.columns.len() + 3)
+        };
+        let cells: Vec<String> = (0..n).map(|_| cell(rng)).collect();
+        text.push_str(&cells.join(if rng.chance(97) { "," } else { ";\"" }));
+        text.push('\n');
+    }
+    let mut rd = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let mut table = StatTable::new(schema);
+    let mut accepted = false;
+    let mut merged = Vec::new();
+    for rec in rd.records() {
+        let Ok(rec) = rec else {
+            continue;
+        };
+        let cells: Vec<&str> = rec.iter().collect();
+        let row = Row {
+            schema,
+            cells: &cells,
+        };
+        accepted |= table.add_row(&row).is_ok();
+        if p.name() == "nvme-tcp" {
+            if let (Ok(rec), Ok(start_ns)) = (TcpRecord::from_row(&row), row.req::<u64>("start_ns"))
+            {
+                merged.push(merge::Row {
+                    start_time: row.text("start_time").unwrap_or("").to_string(),
+                    start_ns,
+                    rec,
+                });
+            }
+        }
+    }
+    let _ = table.render(&ntprof_perf::sink::stat::Percentiles::default());
+    if !merged.is_empty() {
+        let n = merged.len();
+        let (out, st) = merge::merge(merged, rng.edgy());
+        assert!(out.len() <= n && st.paired as usize <= n);
+    }
+    accepted
 }

@@ -1,8 +1,10 @@
-//! The nvme and nvmet profiles on a real NVMe/TCP host and target: boots the VM rig
-//! (tests/vm/run.sh, a 6.1 guest with an nvmet target on 127.0.0.1 backed by null_blk
-//! and the host connected to it), runs tests/vm/guest/nvme-profiles.sh there, then
-//! checks on the host that every I/O fio issued is exactly one CSV row with the right
-//! opcode, length and place, and that `stat` and `report` count the same.
+//! The nvme and nvmet profiles on a real NVMe/TCP host and target and on a PCIe NVMe
+//! controller: boots the VM rig (tests/vm/run.sh, a 6.1 guest with an nvmet target on
+//! 127.0.0.1 backed by null_blk, the host connected to it, and a QEMU-emulated PCIe
+//! controller), runs tests/vm/guest/nvme-profiles.sh there, then checks on the host
+//! that every I/O fio issued (reads, writes, and the flushes of its fsyncs) is exactly
+//! one CSV row with the right opcode, length and place, that `stat` and `report` count
+//! the same, and that --ctrl and --nsid pick one controller while both are busy.
 //!
 //! Runs only with `NTPROF_VM=1` (CI sets it): a cold rig builds a kernel (minutes).
 
@@ -15,6 +17,47 @@ use std::path::Path;
 const NIOS: u64 = 200;
 /// fio's `--size`: every I/O must fall inside it.
 const SIZE: u64 = 64 << 20;
+
+/// The disk rows must be on, as the guest found it (controller numbers follow probe
+/// order, so nothing here assumes nvme0).
+struct Disk {
+    ctrl: String,
+    disk: String,
+    nsid: String,
+    lba: u64,
+}
+
+impl Disk {
+    /// `ctrl` file: "<instance> <cntlid> <disk>"; the NVMe/TCP namespace is nsid 1.
+    fn fabrics(dir: &Path) -> Disk {
+        let text = read(&dir.join("ctrl"));
+        let w: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(w.len(), 3, "ctrl file: `{text}`");
+        let lba = read(&dir.join("lba_size"))
+            .trim()
+            .parse()
+            .expect("lba_size");
+        Disk {
+            ctrl: format!("nvme{}", w[0]),
+            disk: w[2].to_string(),
+            nsid: "1".into(),
+            lba,
+        }
+    }
+
+    /// `pcie` file: "<instance> <disk> <nsid> <lba size>".
+    fn pcie(dir: &Path) -> Disk {
+        let text = read(&dir.join("pcie"));
+        let w: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(w.len(), 4, "pcie file: `{text}`");
+        Disk {
+            ctrl: format!("nvme{}", w[0]),
+            disk: w[1].to_string(),
+            nsid: w[2].to_string(),
+            lba: w[3].parse().expect("pcie lba size"),
+        }
+    }
+}
 
 struct Shape {
     name: &'static str,
@@ -72,8 +115,9 @@ fn assert_summary_counts(what: &str, text: &str, opcode: &str, class: &str) {
     assert_eq!(groups, 1, "{what}: exactly one group expected:\n{text}");
 }
 
-fn check_rows(profile: &str, shape: &Shape, rows: &[Row], lba: u64) {
-    let what = format!("{profile} {}", shape.name);
+fn check_rows(profile: &str, shape: &Shape, rows: &[Row], disk: &Disk) {
+    let what = format!("{profile} {} on {}", shape.name, disk.disk);
+    let lba = disk.lba;
     let other: Vec<&Row> = rows
         .iter()
         .filter(|r| r["opcode"] != shape.opcode)
@@ -87,7 +131,7 @@ fn check_rows(profile: &str, shape: &Shape, rows: &[Row], lba: u64) {
     for r in rows {
         assert_eq!(r["status"], "ok", "{what}: {r:?}");
         assert_eq!(r["nvme_status"], "0x0", "{what}: {r:?}");
-        assert_eq!(r["nsid"], "1", "{what}: {r:?}");
+        assert_eq!(r["nsid"], disk.nsid, "{what}: {r:?}");
         assert_ne!(r["qid"], "0", "{what}: {r:?}");
         assert_eq!(num(r, "bytes"), shape.bs, "{what}: {r:?}");
         assert_eq!(num(r, "lba_size"), lba, "{what}: {r:?}");
@@ -107,8 +151,8 @@ fn check_rows(profile: &str, shape: &Shape, rows: &[Row], lba: u64) {
             "nvme" => {
                 assert_eq!(
                     (r["ctrl"].as_str(), r["disk"].as_str()),
-                    ("nvme0", "nvme0n1"),
-                    "{r:?}"
+                    (disk.ctrl.as_str(), disk.disk.as_str()),
+                    "{what}: {r:?}"
                 );
                 let driver = num(r, "driver_ns");
                 assert!(driver > 0, "{what}: {r:?}");
@@ -133,7 +177,7 @@ fn check_rows(profile: &str, shape: &Shape, rows: &[Row], lba: u64) {
 }
 
 /// The runs under --ctrl, --nsid, --qid and --admin (all random 4k reads).
-fn check_selection(dir: &Path, lba: u64) {
+fn check_selection(dir: &Path, fabrics: &Disk) {
     let read_shape = &SHAPES[0];
     let rows = |n: &str| read_csv(&dir.join(format!("{n}.csv")));
     let err = |n: &str| {
@@ -148,9 +192,9 @@ fn check_selection(dir: &Path, lba: u64) {
     };
 
     err("nvme-sel");
-    check_rows("nvme", read_shape, &rows("nvme-sel"), lba);
+    check_rows("nvme", read_shape, &rows("nvme-sel"), fabrics);
     err("nvmet-sel");
-    check_rows("nvmet", read_shape, &rows("nvmet-sel"), lba);
+    check_rows("nvmet", read_shape, &rows("nvmet-sel"), fabrics);
 
     let e = err("nvme-nsid2");
     assert!(e.contains("0 I/Os written"), "nvme-nsid2:\n{e}");
@@ -169,7 +213,7 @@ fn check_selection(dir: &Path, lba: u64) {
     let (admin, io): (Vec<Row>, Vec<Row>) = rows("nvme-admin")
         .into_iter()
         .partition(|r| r["qid"] == "0");
-    check_rows("nvme", read_shape, &io, lba);
+    check_rows("nvme", read_shape, &io, fabrics);
     for r in &admin {
         assert_eq!(
             (r["disk"].as_str(), r["status"].as_str()),
@@ -203,10 +247,7 @@ fn nvme_and_nvmet_profiles_in_the_vm() {
     );
 
     let dir = out.join("nvme-profiles");
-    let lba: u64 = read(&dir.join("lba_size"))
-        .trim()
-        .parse()
-        .expect("lba_size");
+    let fabrics = Disk::fabrics(&dir);
     let list = read(&dir.join("list.txt"));
     for p in ["nvme ", "nvmet "] {
         assert!(
@@ -230,7 +271,7 @@ fn nvme_and_nvmet_profiles_in_the_vm() {
                 profile,
                 shape,
                 &read_csv(&dir.join(format!("{base}.csv"))),
-                lba,
+                &fabrics,
             );
             let report = read(&dir.join(format!("{base}.report")));
             assert!(
@@ -255,5 +296,165 @@ fn nvme_and_nvmet_profiles_in_the_vm() {
             );
         }
     }
-    check_selection(&dir, lba);
+    check_selection(&dir, &fabrics);
+    check_pcie(&dir, &fabrics);
+}
+
+/// fio's count of one kind of I/O (`"read"`, `"write"`, `"sync"`) in its JSON: the
+/// `total_ios` of the first section of that name.
+fn fio_section_ios(path: &Path, section: &str) -> u64 {
+    let text = read(path);
+    let key = format!("\"{section}\"");
+    let start = text
+        .match_indices(&key)
+        .map(|(i, _)| i + key.len())
+        .find(|&i| {
+            let rest = text[i..].trim_start();
+            rest.starts_with(':') && rest[1..].trim_start().starts_with('{')
+        })
+        .unwrap_or_else(|| panic!("{}: no {section} section", path.display()));
+    let sub = &text[start..];
+    let at = sub.find("\"total_ios\"").expect("total_ios") + 11;
+    let digits: String = sub[at..]
+        .trim_start_matches([' ', ':'])
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().expect("total_ios is a number")
+}
+
+/// The PCIe controller: the same shapes through the PCIe driver, writes each followed by
+/// an fsync (one flush command each), and --ctrl/--nsid while both controllers work.
+fn check_pcie(dir: &Path, fabrics: &Disk) {
+    if !dir.join("pcie").exists() {
+        // The rig runs with the emulated controller unless NTPROF_VM_PCIE=0.
+        assert_eq!(
+            std::env::var("NTPROF_VM_PCIE").as_deref(),
+            Ok("0"),
+            "the guest found no PCIe NVMe disk"
+        );
+        eprintln!("PCIe NVMe controller left out (NTPROF_VM_PCIE=0)");
+        return;
+    }
+    let pcie = Disk::pcie(dir);
+    assert_ne!(pcie.ctrl, fabrics.ctrl, "two controllers expected");
+    assert_ne!(
+        pcie.nsid, fabrics.nsid,
+        "the rig gives the PCIe namespace nsid 2"
+    );
+    let err = |n: &str| {
+        let e = read(&dir.join(format!("{n}.err")));
+        assert_clean(n, &e);
+        e
+    };
+    for shape in &SHAPES {
+        let base = format!("pcie-{}", shape.name);
+        assert_eq!(
+            fio_ios(&dir.join(format!("fio-{base}.json"))),
+            NIOS,
+            "{base}"
+        );
+        let e = err(&base);
+        assert!(e.contains(&format!("{NIOS} I/Os written")), "{base}:\n{e}");
+        check_rows(
+            "nvme",
+            shape,
+            &read_csv(&dir.join(format!("{base}.csv"))),
+            &pcie,
+        );
+        let report = read(&dir.join(format!("{base}.report")));
+        assert!(
+            report.contains(&format!("profile nvme, {NIOS} rows")),
+            "{base}:\n{report}"
+        );
+        eprintln!("{base}: {NIOS} rows = fio's {NIOS} I/Os on {}", pcie.disk);
+    }
+
+    // Sequential 4k writes, each but the last followed by fsync: fio counts the fsyncs
+    // in its "sync" section, and each must be one flush command between two writes.
+    let base = "pcie-write-4k-fsync";
+    let json = dir.join(format!("fio-{base}.json"));
+    let (writes, syncs) = (
+        fio_section_ios(&json, "write"),
+        fio_section_ios(&json, "sync"),
+    );
+    assert_eq!(writes, NIOS, "{base}: fio writes");
+    assert!(syncs > 0, "{base}: fio issued no fsync");
+    assert_eq!(fio_ios(&json), writes + syncs, "{base}: fio's sections");
+    let e = err(base);
+    assert!(
+        e.contains(&format!("{} I/Os written", writes + syncs)),
+        "{base}:\n{e}"
+    );
+    let mut rows = read_csv(&dir.join(format!("{base}.csv")));
+    rows.sort_by_key(|r| num(r, "start_ns"));
+    let (flushes, w): (Vec<Row>, Vec<Row>) =
+        rows.iter().cloned().partition(|r| r["opcode"] == "flush");
+    let write_4k = Shape {
+        name: "write-4k (fsync)",
+        opcode: "write",
+        bs: 4096,
+        size_class: "<=4k",
+        sequential: true,
+    };
+    check_rows("nvme", &write_4k, &w, &pcie);
+    assert_eq!(flushes.len() as u64, syncs, "{base}: one flush per fsync");
+    for r in &flushes {
+        let what = format!("{base}: {r:?}");
+        assert_eq!(
+            (r["ctrl"].as_str(), r["disk"].as_str(), r["nsid"].as_str()),
+            (pcie.ctrl.as_str(), pcie.disk.as_str(), pcie.nsid.as_str()),
+            "{what}"
+        );
+        assert_eq!(
+            (r["status"].as_str(), r["nvme_status"].as_str()),
+            ("ok", "0x0"),
+            "{what}"
+        );
+        assert_ne!(r["qid"], "0", "{what}");
+        // A flush names no blocks, and its block request has no sector to join on.
+        assert_eq!(
+            (r["slba"].as_str(), r["bytes"].as_str()),
+            ("", "0"),
+            "{what}"
+        );
+        assert_eq!(r["blk_to_driver_ns"], "", "{what}");
+        assert!(num(r, "driver_ns") > 0, "{what}");
+    }
+    // psync: write, flush, write, flush, ..., write — nothing else in between.
+    let ops: Vec<&str> = rows.iter().map(|r| r["opcode"].as_str()).collect();
+    for (i, op) in ops.iter().enumerate() {
+        let want = if i % 2 == 0 { "write" } else { "flush" };
+        assert_eq!(*op, want, "{base}: row {i} in time order: {ops:?}");
+    }
+    eprintln!(
+        "{base}: {} write rows + {} flush rows = fio's {writes} writes + {syncs} fsyncs",
+        w.len(),
+        flushes.len()
+    );
+
+    // Random reads on both disks at once, seen by five recorders.
+    let fio_f = fio_ios(&dir.join("fio-both-fabrics.json"));
+    let fio_p = fio_ios(&dir.join("fio-both-pcie.json"));
+    assert_eq!((fio_f, fio_p), (NIOS, NIOS), "both: fio");
+    let read_shape = &SHAPES[0];
+    let both = |n: &str| {
+        err(&format!("both-{n}"));
+        read_csv(&dir.join(format!("both-{n}.csv")))
+    };
+    let (on_p, on_f): (Vec<Row>, Vec<Row>) = both("all")
+        .into_iter()
+        .partition(|r| r["ctrl"] == pcie.ctrl);
+    check_rows("nvme", read_shape, &on_f, fabrics);
+    check_rows("nvme", read_shape, &on_p, &pcie);
+    for (n, disk) in [
+        ("ctrl-pcie", &pcie),
+        ("nsid-pcie", &pcie),
+        ("ctrl-fabrics", fabrics),
+        ("nsid-fabrics", fabrics),
+    ] {
+        // check_rows wants exactly fio's reads, all on that one disk.
+        check_rows("nvme", read_shape, &both(n), disk);
+        eprintln!("both busy, {n}: {NIOS} rows, all on {}", disk.disk);
+    }
 }

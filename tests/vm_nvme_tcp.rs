@@ -1,26 +1,44 @@
 //! The nvme-tcp profile on a real NVMe/TCP host and target: boots the VM rig with the
-//! kernel_change/ patches (tests/vm/run.sh --patches: a 6.1 guest whose nvmet target on
-//! 127.0.0.1 is backed by null_blk, the host connected to it), runs
-//! tests/vm/guest/nvme-tcp.sh there, then checks on the host that every fio I/O is
-//! exactly one row with every stage of its shape, that the stages add up to the
-//! end-to-end time, and that merging the host-only and target-only recordings of the
-//! same run gives the joint recording's rows.
+//! kernel_change/ patches (tests/vm/run.sh --patches --digest: a 6.1 guest whose nvmet
+//! target on 127.0.0.1 is backed by null_blk, the host connected to it, plus a second
+//! subsystem connected with header and data digests), runs tests/vm/guest/nvme-tcp.sh
+//! there, then checks on the host that every fio I/O is exactly one row with every
+//! stage of its shape, that the stages add up to the end-to-end time, and that merging
+//! the host-only and target-only recordings of the same run gives the joint
+//! recording's rows: at QD1, at QD8 with two jobs (both I/O queues, command ids
+//! reused), and with digests. Merge is also run on the real rows with the target's
+//! clock moved by seconds and drifting.
 //!
 //! Runs only with `NTPROF_VM=1` (CI sets it): a cold rig builds a kernel (minutes).
 
 mod common;
 
 use common::{
-    assert_clean, fio_ios, inum as num, read, read_csv, run_vm, vm_enabled, vm_paths, Row,
+    assert_clean, fio_ios, inum as num, read, read_csv, run_vm, run_vm_with, vm_enabled, vm_paths,
+    Row,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// I/Os per fio run; psync + O_DIRECT makes fio issue exactly this many.
+/// I/Os per fio job; psync + O_DIRECT makes fio issue exactly this many. Rows are
+/// compared with fio's own count (`total_ios`), which the QD8 shapes double (2 jobs).
 const NIOS: usize = 200;
+
+#[derive(PartialEq)]
+enum Run {
+    /// psync (QD1) on the plain connection; also stat and --sample 4.
+    Qd1,
+    /// libaio, iodepth 8, 2 jobs, on the plain connection.
+    Qd8,
+    /// psync on the connection with header and data digests.
+    Digest,
+    /// libaio, iodepth 8, 2 jobs, over 8 blocks: same-sector commands in flight.
+    Hot,
+}
 
 struct Shape {
     name: &'static str,
+    run: Run,
     op: &'static str,
     shape: &'static str,
     bytes: u64,
@@ -28,9 +46,10 @@ struct Shape {
     round_trips: u64,
 }
 
-const SHAPES: [Shape; 3] = [
+const SHAPES: [Shape; 9] = [
     Shape {
         name: "randread-4k",
+        run: Run::Qd1,
         op: "read",
         shape: "read",
         bytes: 4096,
@@ -39,6 +58,7 @@ const SHAPES: [Shape; 3] = [
     },
     Shape {
         name: "randwrite-4k",
+        run: Run::Qd1,
         op: "write",
         shape: "write-inline",
         bytes: 4096,
@@ -47,6 +67,61 @@ const SHAPES: [Shape; 3] = [
     },
     Shape {
         name: "write-128k",
+        run: Run::Qd1,
+        op: "write",
+        shape: "write-r2t",
+        bytes: 131072,
+        size_class: "<=128k",
+        round_trips: 2,
+    },
+    Shape {
+        name: "qd8-randread-4k",
+        run: Run::Qd8,
+        op: "read",
+        shape: "read",
+        bytes: 4096,
+        size_class: "<=4k",
+        round_trips: 1,
+    },
+    Shape {
+        name: "qd8-randwrite-4k",
+        run: Run::Qd8,
+        op: "write",
+        shape: "write-inline",
+        bytes: 4096,
+        size_class: "<=4k",
+        round_trips: 1,
+    },
+    Shape {
+        name: "qd8-randwrite-128k",
+        run: Run::Qd8,
+        op: "write",
+        shape: "write-r2t",
+        bytes: 131072,
+        size_class: "<=128k",
+        round_trips: 2,
+    },
+    Shape {
+        name: "digest-randread-4k",
+        run: Run::Digest,
+        op: "read",
+        shape: "read",
+        bytes: 4096,
+        size_class: "<=4k",
+        round_trips: 1,
+    },
+    Shape {
+        name: "digest-randwrite-4k",
+        run: Run::Digest,
+        op: "write",
+        shape: "write-inline",
+        bytes: 4096,
+        size_class: "<=4k",
+        round_trips: 1,
+    },
+    Shape {
+        name: "digest-write-128k",
+        run: Run::Digest,
         op: "write",
         shape: "write-r2t",
         bytes: 131072,
@@ -71,12 +146,13 @@ const TARGET_STAGES: [&str; 4] = [
 ];
 
 /// Every joint row: one I/O of the shape, every stage there, stages adding up.
-fn check_joint(s: &Shape, rows: &[Row]) -> (i64, i64) {
-    assert_eq!(rows.len(), NIOS, "{}: one row per fio I/O", s.name);
+fn check_joint(s: &Shape, rows: &[Row], ios: usize, ctrl: &str) -> (i64, i64) {
+    assert_eq!(rows.len(), ios, "{}: one row per fio I/O", s.name);
     let (mut worst, mut net_sum) = (0i64, 0i64);
     for r in rows {
         let what = format!("{} {r:?}", s.name);
         assert_eq!(r["side"], "both", "{what}");
+        assert_eq!(r["ctrl"], ctrl, "{what}");
         assert_eq!(r["chain"], "complete", "{what}");
         assert_eq!(r["status"], "ok", "{what}");
         assert_eq!(r["nvme_status"], "0x0", "{what}");
@@ -268,7 +344,16 @@ fn nvme_tcp_profile_in_the_vm() {
     let (repo, out, bin) = vm_paths("vm-nvme-tcp");
     // NTPROF_VM_REUSE=1: check the output of an earlier boot again (debugging).
     if std::env::var("NTPROF_VM_REUSE").as_deref() != Ok("1") {
-        let rig = ["--patches", "--timeout", "1200"];
+        // A 1 ms device delay, or the QD8 shapes would still have one command in
+        // flight per queue (see run.sh --nullb-delay-us).
+        let rig = [
+            "--patches",
+            "--digest",
+            "--nullb-delay-us",
+            "1000",
+            "--timeout",
+            "1200",
+        ];
         run_vm(&repo, &rig, "tests/vm/guest/nvme-tcp.sh", &out, &bin, NIOS);
     }
     let dir = out.join("nvme-tcp");
@@ -278,104 +363,362 @@ fn nvme_tcp_profile_in_the_vm() {
             .any(|l| l.starts_with("nvme-tcp ") && l.contains(" supported:")),
         "`list` does not show nvme-tcp as supported:\n{list}"
     );
+    let ran = read(&dir.join("shapes"));
+    let ctrl_of = |file: &str| {
+        let text = read(&dir.join(file));
+        format!("nvme{}", text.split_whitespace().next().expect("ctrl file"))
+    };
+    let (plain, digest) = (ctrl_of("ctrl"), ctrl_of("digest-ctrl"));
+    assert_ne!(
+        plain, digest,
+        "the digest connection is a controller of its own"
+    );
     for s in &SHAPES {
-        let f = |x: &str| dir.join(format!("{}-{x}", s.name));
-        assert_eq!(
-            fio_ios(&dir.join(format!("fio-{}-joint.json", s.name))) as usize,
-            NIOS
-        );
-        let err = read(&f("joint.err"));
         assert!(
-            err.contains(&format!("{NIOS} I/Os written")),
-            "{}:\n{err}",
+            ran.lines().any(|l| l == s.name),
+            "the guest did not run {}:\n{ran}",
             s.name
         );
-        assert_clean(s.name, &err);
-        let joint = read_csv(&f("joint.csv"));
-        let (worst, net) = check_joint(s, &joint);
-        eprintln!(
-            "{}: {NIOS} rows, every stage present; stages vs end-to-end off by at most {worst} ns; mean network {net} ns",
-            s.name
-        );
+        let ctrl = if s.run == Run::Digest {
+            &digest
+        } else {
+            &plain
+        };
+        check_shape(&dir, s, ctrl);
+    }
+    let (host, target) = (
+        dir.join("qd8-randwrite-128k-host.csv"),
+        dir.join("qd8-randwrite-128k-target.csv"),
+    );
+    merge_with_moved_clock(&dir, &host, &target);
+}
 
-        // Host-only and target-only recordings of the same run, merged.
-        let host = read_csv(&f("host.csv"));
-        let target = read_csv(&f("target.csv"));
-        assert_eq!(host.len(), NIOS, "{}: host-only rows", s.name);
-        assert_eq!(target.len(), NIOS, "{}: target-only rows", s.name);
-        assert!(host
-            .iter()
-            .all(|r| r["side"] == "host" && r["chain"] == "complete"));
-        assert!(target
-            .iter()
-            .all(|r| r["side"] == "target" && r["chain"] == "complete"));
-        let merged = read_csv(&f("merged.csv"));
-        let merr = read(&f("merged.err"));
-        assert!(
-            merr.contains(&format!("{NIOS} paired")),
-            "{}: {merr}",
-            s.name
+fn check_shape(dir: &Path, s: &Shape, ctrl: &str) {
+    let f = |x: &str| dir.join(format!("{}-{x}", s.name));
+    // fio's own count: NIOS for one job; the QD8 shapes run 2 jobs of 2×NIOS.
+    let ios = fio_ios(&dir.join(format!("fio-{}-joint.json", s.name))) as usize;
+    let want = match s.run {
+        Run::Qd8 => 4 * NIOS,
+        Run::Hot => 2 * NIOS,
+        _ => NIOS,
+    };
+    assert_eq!(ios, want, "{}: fio's total_ios", s.name);
+    let err = read(&f("joint.err"));
+    assert!(
+        err.contains(&format!("{ios} I/Os written")),
+        "{}:\n{err}",
+        s.name
+    );
+    assert_clean(s.name, &err);
+    let joint = read_csv(&f("joint.csv"));
+    let (worst, net) = check_joint(s, &joint, ios, ctrl);
+    eprintln!(
+        "{}: {} rows = fio's {ios} I/Os on {ctrl}, chains complete, every stage present; \
+         stages vs end-to-end off by at most {worst} ns; mean network {net} ns",
+        s.name,
+        joint.len()
+    );
+    if s.run == Run::Qd8 {
+        check_concurrency(s, &joint);
+    }
+
+    // Host-only and target-only recordings of the same run, merged.
+    let host = read_csv(&f("host.csv"));
+    let target = read_csv(&f("target.csv"));
+    assert_eq!(host.len(), ios, "{}: host-only rows", s.name);
+    assert_eq!(target.len(), ios, "{}: target-only rows", s.name);
+    assert!(host
+        .iter()
+        .all(|r| r["side"] == "host" && r["chain"] == "complete"));
+    assert!(target
+        .iter()
+        .all(|r| r["side"] == "target" && r["chain"] == "complete"));
+    let merged = read_csv(&f("merged.csv"));
+    let merr = read(&f("merged.err"));
+    assert!(
+        merr.contains(&format!("{ios} paired")),
+        "{}: {merr}",
+        s.name
+    );
+    // The same I/O in both: same cid and place, in host-start order.
+    let key = |r: &&Row| (r["cid"].clone(), r["slba"].clone(), num(r, "host_start_ns"));
+    let mut a: Vec<&Row> = joint.iter().collect();
+    let mut b: Vec<&Row> = merged.iter().collect();
+    a.sort_by_key(key);
+    b.sort_by_key(key);
+    assert_eq!(a.len(), b.len());
+    let mut diffs = Vec::new();
+    for (x, y) in a.iter().zip(&b) {
+        compare(s.name, x, y, &mut diffs);
+    }
+    diffs.sort_unstable();
+    let median = diffs.get(diffs.len() / 2).copied().unwrap_or(0);
+    let p90 = diffs.get(diffs.len() * 9 / 10).copied().unwrap_or(0);
+    eprintln!(
+        "{}: merge(host-only, target-only): {ios} of {ios} paired, same I/Os as joint \
+         (identity, shape, chain, status, receive stamps); other times differ by median \
+         {median} ns, p90 {p90} ns, max {} ns (per-session clock reads)",
+        s.name,
+        diffs.last().copied().unwrap_or(0)
+    );
+    assert!(
+        median <= 20_000,
+        "{}: recordings disagree beyond clock-read jitter",
+        s.name
+    );
+    split_and_merge(dir, s.name, &f("joint.csv"), &joint);
+
+    let report = read(&f("report.txt"));
+    assert!(report.contains(&format!("{ios} rows")), "{report}");
+    if s.run != Run::Qd1 {
+        return;
+    }
+    let stat = read(&f("stat.txt"));
+    assert_clean(&format!("stat {}", s.name), &stat);
+    let summary = stat.split("=== ").last().unwrap_or("");
+    assert!(
+        summary.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.first() == Some(&s.op)
+                && w.contains(&s.size_class)
+                && l.ends_with(&format!("{NIOS} I/Os"))
+        }),
+        "stat {}: no `{} {}` group of {NIOS} I/Os:\n{stat}",
+        s.name,
+        s.op,
+        s.size_class
+    );
+
+    // --sample 4: about a quarter of the I/Os, whole chains, cid generation bits 0.
+    let sampled = read_csv(&f("sample4.csv"));
+    assert!(
+        (NIOS / 8..=NIOS / 2).contains(&sampled.len()),
+        "{}: {} rows with --sample 4",
+        s.name,
+        sampled.len()
+    );
+    for r in &sampled {
+        assert_eq!(num(r, "cid") & 0x3000, 0, "{r:?}");
+        assert_eq!(r["chain"], "complete", "{r:?}");
+    }
+    eprintln!("{}: --sample 4 kept {} of {NIOS}", s.name, sampled.len());
+}
+
+/// What the QD8 shapes are for: both I/O queues used, several commands in flight on a
+/// queue at once, and command ids (tag + generation) coming back within the run.
+fn check_concurrency(s: &Shape, rows: &[Row]) {
+    use std::collections::BTreeMap;
+    let mut per_queue: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+    let mut cids: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in rows {
+        let start = num(r, "host_start_ns");
+        per_queue
+            .entry(r["qid"].clone())
+            .or_default()
+            .push((start, start + num(r, "host_total_ns")));
+        *cids
+            .entry((r["qid"].clone(), r["cid"].clone()))
+            .or_default() += 1;
+    }
+    let mut depth = BTreeMap::new();
+    for (q, spans) in &per_queue {
+        // Most I/Os in flight at once: +1 at each start, −1 at each end.
+        let mut edges: Vec<(i64, i32)> =
+            spans.iter().flat_map(|&(a, b)| [(a, 1), (b, -1)]).collect();
+        edges.sort_by_key(|&(t, d)| (t, d));
+        let (mut cur, mut max) = (0, 0);
+        for (_, d) in edges {
+            cur += d;
+            max = max.max(cur);
+        }
+        depth.insert(q.clone(), max);
+    }
+    let reused = cids.values().filter(|&&n| n > 1).count();
+    let mut tags: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for r in rows {
+        *tags
+            .entry((r["qid"].as_str(), r["tag"].as_str()))
+            .or_default() += 1;
+    }
+    eprintln!(
+        "{}: queues {:?} (rows per queue {:?}), most in flight per queue {depth:?}, {} tags \
+         used up to {} times each, {reused} of {} command ids used more than once",
+        s.name,
+        per_queue.keys().collect::<Vec<_>>(),
+        per_queue.values().map(Vec::len).collect::<Vec<_>>(),
+        tags.len(),
+        tags.values().max().copied().unwrap_or(0),
+        cids.len()
+    );
+    assert!(per_queue.len() >= 2, "{}: one I/O queue only", s.name);
+    assert!(
+        depth.values().all(|&d| d >= 2),
+        "{}: a queue never had two commands in flight: {depth:?}",
+        s.name
+    );
+    assert!(reused > 0, "{}: no command id came back", s.name);
+}
+
+/// Read a CSV as rows (keeping the header), change it, write it back elsewhere.
+fn rewrite(src: &Path, dst: &Path, edit: impl Fn(&mut Row)) {
+    let head: Vec<String> = csv::Reader::from_path(src)
+        .unwrap()
+        .headers()
+        .unwrap()
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let mut rows = read_csv(src);
+    rows.iter_mut().for_each(edit);
+    write_csv(dst, &head, &rows);
+}
+
+/// The offset merge reported: "host clock − target clock ≈ N ns".
+fn merge_offset(err: &str) -> i64 {
+    let at = err.find("target clock ≈ ").expect("offset in merge output") + "target clock ≈ ".len();
+    err[at..]
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no offset in: {err}"))
+}
+
+/// Two machines, simulated on real rows (QD8 128k writes: two round trips, command ids
+/// reused): the target's monotonic marks moved by +3.7 s, then also drifting by 2 ppm,
+/// with its wall clock left alone (clocks that agree on the time of day but not on
+/// boot time). merge must pair every row and report the offset moved by the same.
+fn merge_with_moved_clock(dir: &Path, host: &Path, target: &Path) {
+    const MARKS: [&str; 4] = [
+        "start_ns",
+        "target_recv_ns",
+        "target_send_ns",
+        "target_last_send_ns",
+    ];
+    let merge = |t: &Path, name: &str| {
+        let outp = dir.join(format!("{name}.csv"));
+        let o = Command::new(env!("CARGO_BIN_EXE_ntprof-perf"))
+            .arg("merge")
+            .args([host, t])
+            .arg("-o")
+            .arg(&outp)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{name}: {err}");
+        (read_csv(&outp), err)
+    };
+    let (base, base_err) = merge(target, "moved-base");
+    let n = read_csv(host).len();
+    assert!(base_err.contains(&format!("{n} paired")), "{base_err}");
+    let off0 = merge_offset(&base_err);
+    let t0 = read_csv(target)
+        .iter()
+        .map(|r| num(r, "start_ns"))
+        .min()
+        .expect("target rows");
+    for (name, shift, ppm) in [
+        ("moved-3.7s", 3_700_000_000i64, 0.0),
+        ("moved-3.7s-2ppm", 3_700_000_000, 2.0),
+    ] {
+        let moved = dir.join(format!("{name}-target.csv"));
+        rewrite(target, &moved, |r| {
+            for k in MARKS {
+                if !r[k].is_empty() {
+                    let v = num(r, k);
+                    let drift = ((v - t0) as f64 * ppm / 1e6) as i64;
+                    r.insert(k.to_string(), (v + shift + drift).to_string());
+                }
+            }
+        });
+        let (rows, err) = merge(&moved, name);
+        let off = merge_offset(&err);
+        eprintln!(
+            "merge with the target clock {name}: {} rows, offset {off} ns (unmoved {off0} ns, \
+             moved by {} ns)",
+            rows.len(),
+            off0 - off
         );
-        // The same I/O in both: same cid and place, in host-start order.
-        let key = |r: &&Row| (r["cid"].clone(), r["slba"].clone(), num(r, "host_start_ns"));
-        let mut a: Vec<&Row> = joint.iter().collect();
-        let mut b: Vec<&Row> = merged.iter().collect();
+        assert!(err.contains(&format!("{n} paired")), "{name}: {err}");
+        assert_eq!(rows.len(), base.len(), "{name}");
+        // Recovered: the estimate moved by the shift, within the drift over the run
+        // and the width of the per-I/O windows the estimate comes from (µs here).
+        let span = rows.iter().map(|r| num(r, "start_ns")).max().unwrap() - t0;
+        let slack = (span as f64 * ppm / 1e6) as i64 + 200_000;
+        assert!(
+            ((off0 - off) - shift).abs() <= slack,
+            "{name}: offset {off} vs unmoved {off0}"
+        );
+        // Every stage is a difference within one machine: the same rows as unmoved.
+        let key = |r: &Row| (num(r, "host_start_ns"), r["cid"].clone());
+        let (mut a, mut b) = (base.clone(), rows);
         a.sort_by_key(key);
         b.sort_by_key(key);
-        assert_eq!(a.len(), b.len());
-        let mut diffs = Vec::new();
         for (x, y) in a.iter().zip(&b) {
-            compare(s.name, x, y, &mut diffs);
+            for (k, v) in x {
+                if MARKS.contains(&k.as_str()) || k == "start_time" {
+                    continue;
+                }
+                assert_eq!(v, &y[k], "{name}: column {k}\n{x:?}\n{y:?}");
+            }
         }
-        diffs.sort_unstable();
-        let median = diffs.get(diffs.len() / 2).copied().unwrap_or(0);
-        let p90 = diffs.get(diffs.len() * 9 / 10).copied().unwrap_or(0);
-        eprintln!(
-            "{}: merge(host-only, target-only) vs joint: same I/Os, identity, shape, chain, \
-             status, receive stamps; other times differ by median {median} ns, p90 {p90} ns, \
-             max {} ns (per-session clock reads)",
-            s.name,
-            diffs.last().copied().unwrap_or(0)
-        );
-        assert!(
-            median <= 20_000,
-            "{}: recordings disagree beyond clock-read jitter",
-            s.name
-        );
-        split_and_merge(&dir, s.name, &f("joint.csv"), &joint);
-
-        let report = read(&f("report.txt"));
-        assert!(report.contains(&format!("{NIOS} rows")), "{report}");
-        let stat = read(&f("stat.txt"));
-        assert_clean(&format!("stat {}", s.name), &stat);
-        let summary = stat.split("=== ").last().unwrap_or("");
-        assert!(
-            summary.lines().any(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                w.first() == Some(&s.op)
-                    && w.contains(&s.size_class)
-                    && l.ends_with(&format!("{NIOS} I/Os"))
-            }),
-            "stat {}: no `{} {}` group of {NIOS} I/Os:\n{stat}",
-            s.name,
-            s.op,
-            s.size_class
-        );
-
-        // --sample 4: about a quarter of the I/Os, whole chains, cid generation bits 0.
-        let sampled = read_csv(&f("sample4.csv"));
-        assert!(
-            (NIOS / 8..=NIOS / 2).contains(&sampled.len()),
-            "{}: {} rows with --sample 4",
-            s.name,
-            sampled.len()
-        );
-        for r in &sampled {
-            assert_eq!(num(r, "cid") & 0x3000, 0, "{r:?}");
-            assert_eq!(r["chain"], "complete", "{r:?}");
-        }
-        eprintln!("{}: --sample 4 kept {} of {NIOS}", s.name, sampled.len());
     }
+}
+
+/// Two commands writing the same sector in flight at once (two fio jobs at QD8 over
+/// 8 blocks), which real workloads do (hot blocks, journals). Fails today: the
+/// correlator maps a (dev, sector) to one host command, so a second command at the
+/// same sector takes the mapping over; the first one's `block_rq_complete` then ends
+/// the second (`missing:reply+completion`), the first never gets its own
+/// (`missing:blk_complete`), and the second's later events count as `unmatched` —
+/// while the health line still says `incomplete 0`. Seen once in 800 QD8 128 KiB
+/// random writes before the QD8 shapes got a region per job; here (400 I/Os) 416 rows,
+/// 177 with gaps, 133 unmatched. The correlator now keeps every command of a place
+/// (`by_sector` in src/profile/nvme_tcp/join.rs, preferring the completed command):
+/// 400 rows, all complete, 400 paired.
+#[test]
+fn nvme_tcp_same_sector_commands_in_flight() {
+    if !vm_enabled("nvme_tcp_same_sector_commands_in_flight") {
+        return;
+    }
+    let (repo, out, bin) = vm_paths("vm-nvme-tcp-hot");
+    let s = Shape {
+        name: "hot-randwrite-128k",
+        run: Run::Hot,
+        op: "write",
+        shape: "write-r2t",
+        bytes: 131072,
+        size_class: "<=128k",
+        round_trips: 2,
+    };
+    if std::env::var("NTPROF_VM_REUSE").as_deref() != Ok("1") {
+        let rig = ["--patches", "--nullb-delay-us", "1000", "--timeout", "600"];
+        let ios = NIOS.to_string();
+        let args = [bin.as_str(), ios.as_str(), s.name];
+        run_vm_with(&repo, &rig, "tests/vm/guest/nvme-tcp.sh", &out, &args);
+    }
+    let dir = out.join("nvme-tcp");
+    let rows = read_csv(&dir.join(format!("{}-joint.csv", s.name)));
+    let gaps: Vec<String> = rows
+        .iter()
+        .filter(|r| r["chain"] != "complete")
+        .map(|r| {
+            format!(
+                "qid {} cid {} slba {}: {}",
+                r["qid"], r["cid"], r["slba"], r["chain"]
+            )
+        })
+        .collect();
+    eprintln!(
+        "{}: {} rows, {} with gaps: {gaps:#?}",
+        s.name,
+        rows.len(),
+        gaps.len()
+    );
+    let ctrl = format!(
+        "nvme{}",
+        read(&dir.join("ctrl")).split_whitespace().next().unwrap()
+    );
+    check_shape(&dir, &s, &ctrl);
 }
 
 /// Kernel-free: merge refuses CSVs of other profiles, naming the file, and writes

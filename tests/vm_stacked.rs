@@ -23,7 +23,13 @@ fn bio_on_dm_linear_and_hot_sectors_in_the_vm() {
     }
     let (repo, out, bin) = vm_paths("vm-stacked");
     let patched = std::env::var("NTPROF_VM_PATCHED").as_deref() == Ok("1");
-    let rig: &[&str] = if patched { &["--patches"] } else { &[] };
+    // A device delay keeps many commands in flight: on loopback without one, the
+    // NVMe/TCP host and target finish each command before fio submits the next.
+    let rig: &[&str] = if patched {
+        &["--patches", "--nullb-delay-us", "1000"]
+    } else {
+        &["--nullb-delay-us", "1000"]
+    };
     run_vm(
         &repo,
         rig,
@@ -81,6 +87,12 @@ fn bio_on_dm_linear_and_hot_sectors_in_the_vm() {
             *per.entry(r["slba"].as_str()).or_default() += 1;
         }
         assert!(per.len() <= 16, "{name}: {per:?}");
+        // Many commands were in flight at once on those 16 blocks.
+        let qd = rows.iter().map(|r| num(r, "qd")).max().unwrap_or(0);
+        assert!(
+            qd >= 8,
+            "{name}: at most {qd} in flight: no hot sectors were exercised"
+        );
         if name == "hot-nvme-tcp" {
             assert!(rows.iter().all(|r| r["chain"] == "complete"), "{name}");
         }

@@ -110,7 +110,7 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct Selection {
     /// Profile: which events are traced and how they are joined into I/Os (see `list`).
-    #[arg(short, long, default_value = "block")]
+    #[arg(short, long, default_value = profile::DEFAULT)]
     pub profile: String,
     /// Stop after this many seconds (fractions allowed).
     #[arg(long, value_name = "SECONDS")]

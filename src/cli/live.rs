@@ -192,7 +192,12 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     let mut group = PerfGroup::open(&cfg)?;
 
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    // SIGHUP too: a closed terminal or a session end must flush every row like Ctrl-C.
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing signal handlers")?;
     }
@@ -234,6 +239,19 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     let cmd_status = finish_child(child.as_mut());
     let (reason, health) = match result {
         Ok(v) => v,
+        Err(e) if broken_pipe(&e) => {
+            // The reader went away (`record | head`): a normal end, not an error.
+            let rows = match &mut out {
+                Output::Rows(s) => {
+                    // Erases the status line; the flush error (the pipe) is known.
+                    let _ = s.finish();
+                    s.written()
+                }
+                Output::Stat(..) => 0,
+            };
+            eprintln!("ntprof-perf: output closed by its reader after {rows} rows; stopped");
+            return Ok(0);
+        }
         Err(e) => {
             // Rows already handed to the sink are flushed before reporting the error.
             let _ = finish_output(&mut out, &r.plan.stages.health(), t0, r.profile);
@@ -259,6 +277,14 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             health.lost_total(),
             r.mmap_pages
         );
+        if let Output::Rows(s) = &out {
+            // Every I/O seen, written or left out by --min-latency.
+            let whole = whole_ios_lost(&health, s.seen());
+            eprintln!(
+                "ntprof-perf: the loss cost {} I/Os seen in part (their rows are `incomplete`, or their completion was unmatched) and ≈{whole} I/Os whose every event was lost",
+                health.lost_ios
+            );
+        }
     }
     if reason == StopReason::Duration {
         eprintln!("ntprof-perf: --duration reached");
@@ -282,6 +308,24 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         }
     };
     Ok(code)
+}
+
+/// I/Os none of whose events reached the rings, estimated from the lost samples left
+/// after those of the I/Os seen in part, at the samples per I/O of the complete ones.
+fn whole_ios_lost(h: &Health, rows: u64) -> u64 {
+    let complete = rows.saturating_sub(h.counters.incomplete);
+    let seen = h.samples.saturating_sub(h.lost_ios);
+    if complete == 0 || seen == 0 {
+        return 0;
+    }
+    let rest = h.lost_total().saturating_sub(h.lost_ios);
+    (rest as f64 * complete as f64 / seen as f64).round() as u64
+}
+
+/// Whether a run stopped because its output's reader closed the pipe.
+fn broken_pipe(e: &RunError) -> bool {
+    matches!(e, RunError::Sink(ntprof_perf::sink::SinkError::Write { source, .. })
+        if source.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// Reap the command (asking it to stop when tracing ended first). `None` when there was

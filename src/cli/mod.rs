@@ -11,6 +11,30 @@ use args::{Cli, Cmd, ListArgs};
 use ntprof_perf::profile;
 use ntprof_perf::tracefs::Tracefs;
 
+/// Standard output for a listing: a reader that closes the pipe early (`| head`) ends
+/// the listing quietly instead of panicking in `println!`.
+pub struct Out(std::io::StdoutLock<'static>);
+
+impl Out {
+    pub fn new() -> Out {
+        Out(std::io::stdout().lock())
+    }
+
+    /// Write a line; `false` once the reader is gone.
+    pub fn line(&mut self, s: &str) -> bool {
+        use std::io::Write;
+        writeln!(self.0, "{s}").is_ok()
+    }
+
+    pub fn text(&mut self, s: &str) -> bool {
+        use std::io::Write;
+        self.0
+            .write_all(s.as_bytes())
+            .and_then(|_| self.0.flush())
+            .is_ok()
+    }
+}
+
 /// Run a subcommand; the value is the process exit code. `sub` holds the
 /// subcommand's raw flags, the profiles' own among them.
 pub fn run(cli: Cli, sub: &clap::ArgMatches) -> Result<i32> {
@@ -29,6 +53,15 @@ fn list(a: &ListArgs) -> Result<()> {
         Ok(t) => t,
         Err(e) => bail!("{e}"),
     };
+    let mut out = Out::new();
+    // Every write below stops the listing when the reader is gone.
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if !out.line(&format!($($t)*)) {
+                return Ok(());
+            }
+        };
+    }
     println!("tracefs: {}", tfs.root().display());
     for &p in profile::all() {
         let st = profile::check(p, &tfs);

@@ -36,10 +36,7 @@ pub fn report(a: &ReportArgs) -> Result<i32> {
     }
     let pcts = &a.show.percentiles;
     if a.show.json {
-        print!(
-            "{}",
-            json_line("summary", 0.0, p.name(), &table, None, pcts)
-        );
+        super::Out::new().text(&json_line("summary", 0.0, p.name(), &table, None, pcts));
         return Ok(0);
     }
     let mut head = format!("report: {path}, profile {}, {rows} rows", p.name());
@@ -50,13 +47,10 @@ pub fn report(a: &ReportArgs) -> Result<i32> {
         }
     }
     // A CSV cannot know what the kernel dropped while recording: only row counts here.
-    print!(
-        "{}",
-        summary(&table, &head, &Health::default(), pcts).replacen(
-            "samples 0  lost 0  unmatched 0  incomplete 0  in-flight 0",
-            "(lost samples are reported by record at exit)",
-            1,
-        )
-    );
+    super::Out::new().text(&summary(&table, &head, &Health::default(), pcts).replacen(
+        "samples 0  lost 0  unmatched 0  incomplete 0  in-flight 0",
+        "(lost samples are reported by record at exit)",
+        1,
+    ));
     Ok(0)
 }

@@ -50,6 +50,9 @@ pub fn all() -> &'static [&'static dyn Profile] {
     ]
 }
 
+/// The profile `record` and `stat` use without `--profile`: every disk has it.
+pub const DEFAULT: &str = "block";
+
 pub fn find(name: &str) -> Option<&'static dyn Profile> {
     all().iter().copied().find(|p| p.name() == name)
 }

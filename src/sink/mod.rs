@@ -60,6 +60,8 @@ pub struct Health {
     /// Events that arrived after newer ones had been released (see `order`).
     pub late: u64,
     pub counters: Counters,
+    /// I/Os the lost samples cost, as far as the records show (see `pipeline::Loss`).
+    pub lost_ios: u64,
 }
 
 impl Health {
@@ -77,7 +79,11 @@ impl Health {
                 .filter(|(_, n)| *n > 0)
                 .map(|(c, n)| format!("cpu{c}:{n}"))
                 .collect();
-            s.push_str(&format!(" ({})", per.join(" ")));
+            s.push_str(&format!(
+                " ({}), costing {} I/Os",
+                per.join(" "),
+                self.lost_ios
+            ));
         }
         let c = &self.counters;
         s.push_str(&format!(
@@ -89,6 +95,9 @@ impl Health {
         }
         if c.ambiguous > 0 {
             s.push_str(&format!("  ambiguous {}", c.ambiguous));
+        }
+        if c.merged > 0 {
+            s.push_str(&format!("  merged {}", c.merged));
         }
         if self.bad_records > 0 {
             s.push_str(&format!("  bad-records {}", self.bad_records));

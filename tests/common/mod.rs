@@ -203,12 +203,16 @@ pub fn vm_paths(out_name: &str) -> (PathBuf, PathBuf, String) {
 /// Boot the VM rig (`tests/vm/run.sh RIG_ARGS... SCRIPT OUT BIN IOS`) and fail the test,
 /// pointing at the console log, unless the guest script ran and succeeded.
 pub fn run_vm(repo: &Path, rig_args: &[&str], script: &str, out: &Path, bin: &str, ios: usize) {
+    run_vm_with(repo, rig_args, script, out, &[bin, &ios.to_string()]);
+}
+
+/// The same with any arguments for the guest script.
+pub fn run_vm_with(repo: &Path, rig_args: &[&str], script: &str, out: &Path, args: &[&str]) {
     let status = Command::new(repo.join("tests/vm/run.sh"))
         .args(rig_args)
         .arg(repo.join(script))
         .arg(out)
-        .arg(bin)
-        .arg(ios.to_string())
+        .args(args)
         .status()
         .expect("running tests/vm/run.sh");
     assert!(

@@ -13,7 +13,9 @@
 #              Without it the kernel is pristine Debian source (e.g. 6.1.192).
 #   --force    rebuild even if the cache has a kernel for this key.
 #
-# Source: ${NTPROF_VM_KSRC:-/usr/src/linux-source-6.1.tar.xz} (Debian linux-source-6.1).
+# Source: ${NTPROF_VM_KSRC:-/usr/src/linux-source-6.1.tar.xz} (Debian linux-source-6.1;
+#         NTPROF_VM_KSRC=/usr/src/linux-source-6.12.tar.xz for a 6.12 guest: the package
+#         named by the tarball is installed when it is missing).
 # Config: `make tinyconfig` + tests/vm/kernel.config, `make olddefconfig`, then every
 #         symbol of the fragment is checked; the build fails naming any that did not stick.
 # Cache:  ${NTPROF_VM_CACHE:-/var/cache/ntprof-perf-vm}
@@ -44,7 +46,7 @@ KCHANGE=$REPO_ROOT/kernel_change
 KEY_SCHEMA=1   # bump to invalidate all cached kernels
 
 ensure_pkgs build-essential flex bison bc libelf-dev libssl-dev cpio rsync xz-utils util-linux
-[ -f "$KSRC_TARBALL" ] || ensure_pkgs linux-source-6.1
+[ -f "$KSRC_TARBALL" ] || ensure_pkgs "$(basename "$KSRC_TARBALL" .tar.xz)"
 [ -f "$KSRC_TARBALL" ] || die "kernel source $KSRC_TARBALL not found"
 
 if [ $PATCHES = 1 ]; then
@@ -91,7 +93,7 @@ build() {
     if [ $FORCE = 0 ] && [ -s "$OUT/vmlinux" ] && [ -s "$OUT/kernelrelease" ]; then
         log "cached kernel $VARIANT-$KEY ($(cat "$OUT/kernelrelease"))"; return 0
     fi
-    local sdir=$CACHE/src/$(echo "$SRCVER" | tr -c 'A-Za-z0-9.+_=-' _)
+    local sdir=$CACHE/src/$(echo "$SRCVER" | tr -c 'A-Za-z0-9.+_-' _)
     local pristine=$sdir/pristine
     if [ ! -f "$pristine/.ntprof-extracted" ]; then
         log "extracting $KSRC_TARBALL -> $pristine"

@@ -8,7 +8,9 @@
 #   /host/tmp is a tmpfs (host /tmp at /hosttmp; paths of the script/repo under
 #   /tmp are bind-mounted back).
 #   $OUT/vm-env.sh (written by run.sh) sets NTPROF_SCRIPT (host path of the guest
-#   test script), NTPROF_OUT (host path of OUTDIR), NTPROF_REPO, NTPROF_ARGS_FILE.
+#   test script), NTPROF_OUT (host path of OUTDIR), NTPROF_REPO, NTPROF_ARGS_FILE,
+#   NTPROF_PCIE (1: wait for the emulated PCIe controller's namespace), NTPROF_DIGEST
+#   (1: a second subsystem on nullb1, connected with header and data digests).
 # Results: $OUT/guest-status = exit status of the test script ("setup-failed: ..."
 # if the VM could not be set up), written before poweroff.
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
@@ -71,24 +73,66 @@ i=0; while [ ! -b /dev/nullb0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
 [ -b /dev/nullb0 ] || fail "/dev/nullb0 missing (null_blk)"
 N=/sys/kernel/config/nvmet
 [ -d $N ] || fail "$N missing (nvmet)"
-mkdir $N/subsystems/$NQN || fail "nvmet subsystem"
-echo 1 > $N/subsystems/$NQN/attr_allow_any_host
-mkdir $N/subsystems/$NQN/namespaces/1
-echo -n /dev/nullb0 > $N/subsystems/$NQN/namespaces/1/device_path
-echo 1 > $N/subsystems/$NQN/namespaces/1/enable || fail "nvmet namespace enable"
+subsystem() {   # subsystem NQN BACKING_DEV
+    mkdir $N/subsystems/$1 || fail "nvmet subsystem $1"
+    echo 1 > $N/subsystems/$1/attr_allow_any_host
+    mkdir $N/subsystems/$1/namespaces/1
+    echo -n "$2" > $N/subsystems/$1/namespaces/1/device_path
+    echo 1 > $N/subsystems/$1/namespaces/1/enable || fail "nvmet namespace enable ($1)"
+}
+subsystem "$NQN" /dev/nullb0
 mkdir $N/ports/1
 echo tcp > $N/ports/1/addr_trtype
 echo ipv4 > $N/ports/1/addr_adrfam
 echo 127.0.0.1 > $N/ports/1/addr_traddr
 echo 4420 > $N/ports/1/addr_trsvcid
 ln -s $N/subsystems/$NQN $N/ports/1/subsystems/$NQN || fail "nvmet port link"
+
+# The disk of the controller connected to subsystem NQN over TRANSPORT ("tcp", "pcie").
+# Controller numbers follow probe order (the PCIe controller, probed at boot, usually
+# takes nvme0), so nothing may assume /dev/nvme0n1.
+disk_of() {   # disk_of TRANSPORT [NQN]
+    for c in /sys/class/nvme/nvme*; do
+        [ "$(cat "$c/transport" 2>/dev/null)" = "$1" ] || continue
+        [ -z "${2:-}" ] || [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$2" ] || continue
+        for n in "$c"/nvme*n*; do
+            [ -b "/dev/${n##*/}" ] && { echo "/dev/${n##*/}"; return 0; }
+        done
+    done
+    return 1
+}
+wait_disk() {   # wait_disk TRANSPORT [NQN]: print the disk once it exists (10 s at most)
+    i=0
+    while ! disk_of "$@" && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+}
 echo "transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn=$NQN" > /dev/nvme-fabrics || fail "nvme connect"
-i=0; while [ ! -b /dev/nvme0n1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-[ -b /dev/nvme0n1 ] || fail "/dev/nvme0n1 did not appear"
-msg "nvme0n1 ready ($(cat /sys/block/nvme0n1/size) sectors)"
+FABRICS=$(wait_disk tcp "$NQN")
+[ -n "$FABRICS" ] || fail "the NVMe/TCP namespace of $NQN did not appear"
+msg "$FABRICS ready over tcp ($(cat /sys/block/${FABRICS#/dev/}/size) sectors)"
+
+DIGEST_DISK=
+if [ "${NTPROF_DIGEST:-0}" = 1 ]; then
+    # A subsystem of its own, so its controller and disk are told apart by NQN alone.
+    [ -b /dev/nullb1 ] || fail "/dev/nullb1 missing (null_blk.nr_devices=2)"
+    subsystem ntprof-digest /dev/nullb1
+    ln -s $N/subsystems/ntprof-digest $N/ports/1/subsystems/ntprof-digest || fail "nvmet port link (digest)"
+    echo "transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn=ntprof-digest,hdr_digest,data_digest" \
+        > /dev/nvme-fabrics || fail "nvme connect with digests"
+    DIGEST_DISK=$(wait_disk tcp ntprof-digest)
+    [ -n "$DIGEST_DISK" ] || fail "the NVMe/TCP namespace of ntprof-digest did not appear"
+    msg "$DIGEST_DISK ready over tcp with header and data digests"
+fi
+
+PCIE=
+if [ "${NTPROF_PCIE:-0}" = 1 ]; then
+    PCIE=$(wait_disk pcie)
+    [ -n "$PCIE" ] || fail "the PCIe NVMe namespace did not appear (-device nvme)"
+    msg "$PCIE ready over pcie ($(cat /sys/block/${PCIE#/dev/}/size) sectors)"
+fi
 
 # --- run the test script inside the host root
-export NTPROF_OUT NTPROF_REPO NTPROF_SCRIPT NTPROF_NQN=$NQN NTPROF_DEV=/dev/nvme0n1
+export NTPROF_OUT NTPROF_REPO NTPROF_SCRIPT NTPROF_NQN=$NQN NTPROF_DEV=$FABRICS
+export NTPROF_FABRICS_DISK=$FABRICS NTPROF_PCIE_DISK=$PCIE NTPROF_DIGEST_DISK=$DIGEST_DISK
 export HOME=/tmp TERM=dumb PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 set --
 if [ -n "$NTPROF_ARGS_FILE" ] && [ -f "/out/$NTPROF_ARGS_FILE" ]; then

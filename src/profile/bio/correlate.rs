@@ -16,9 +16,10 @@ use crate::correlate::{Correlator, Counters, FxMap, Status};
 use crate::decode::Event;
 use crate::device::{dev_major, dev_minor};
 use crate::profile::block::events::Op;
-use crate::record::{schema_cell, Column, Kind, Role, Schema, Tabled, Value};
+use crate::profile::block::record::{head_columns, tail_columns, BlockIo};
+use crate::record::{col, opt, Column, Kind, Role, Value};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 type Key = (u32, u64);
 
@@ -33,6 +34,8 @@ struct BioIo {
     target: Option<Key>,
     /// The lower halves registered for it, dropped with it.
     lower: Vec<Key>,
+    /// Bios in flight on the device when it was queued, itself included.
+    qd: u32,
 }
 
 impl Started for BioIo {
@@ -75,6 +78,8 @@ impl Default for BioConfig {
 
 pub struct BioCorrelator {
     ios: Inflight<Key, BioIo>,
+    /// Bios in flight per device.
+    depth: FxMap<u32, u32>,
     lower: Inflight<Key, Lower>,
     names: FxMap<u32, Arc<str>>,
     counters: Counters,
@@ -95,6 +100,10 @@ pub struct BioRecord {
     pub r2c_ns: Option<u64>,
     pub q2c_ns: Option<u64>,
     pub error: i32,
+    /// Bios in flight on the device when it was queued, itself included.
+    pub qd: u32,
+    /// Bios of the same (device, sector) its completion was paired among (1: certain).
+    pub candidates: Option<u32>,
     pub status: Status,
 }
 
@@ -102,6 +111,7 @@ impl BioCorrelator {
     pub fn new(cfg: BioConfig) -> BioCorrelator {
         BioCorrelator {
             ios: Inflight::new(cfg.max_in_flight),
+            depth: FxMap::default(),
             lower: Inflight::new(cfg.max_in_flight),
             names: cfg
                 .names
@@ -119,7 +129,16 @@ impl BioCorrelator {
             .clone()
     }
 
-    fn record(&mut self, key: Key, io: &BioIo, done: Option<(u64, i32)>) -> BioRecord {
+    fn record(
+        &mut self,
+        key: Key,
+        io: &BioIo,
+        done: Option<(u64, i32)>,
+        candidates: usize,
+    ) -> BioRecord {
+        if let Some(n) = self.depth.get_mut(&key.0) {
+            *n = n.saturating_sub(1);
+        }
         let (r2c, q2c, error, status) = match done {
             Some((t, err)) => (
                 io.remap.map(|r| t.saturating_sub(r)),
@@ -142,6 +161,8 @@ impl BioCorrelator {
             r2c_ns: r2c,
             q2c_ns: q2c,
             error,
+            qd: io.qd,
+            candidates: done.map(|_| candidates as u32),
             status,
         }
     }
@@ -158,14 +179,15 @@ impl BioCorrelator {
         &mut self,
         key: Key,
         io: BioIo,
-        done: Option<(u64, i32)>,
+        done: Option<(u64, i32, usize)>,
         out: &mut dyn FnMut(BioRecord),
     ) {
         self.drop_lower(&io, key);
         if done.is_none() {
             self.counters.incomplete += 1;
         }
-        let r = self.record(key, &io, done);
+        let held = done.map_or(0, |d| d.2);
+        let r = self.record(key, &io, done.map(|(t, e, _)| (t, e)), held);
         out(r);
     }
 
@@ -178,6 +200,8 @@ impl BioCorrelator {
                     l.queued = true;
                     return;
                 }
+                let depth = self.depth.entry(e.dev).or_insert(0);
+                *depth += 1;
                 let io = BioIo {
                     first: t,
                     op: e.op,
@@ -185,6 +209,7 @@ impl BioCorrelator {
                     remap: None,
                     target: None,
                     lower: Vec::new(),
+                    qd: *depth,
                 };
                 let mut evicted = Vec::new();
                 self.ios.push(at, io, &mut |k, io| evicted.push((k, io)));
@@ -233,7 +258,7 @@ impl BioCorrelator {
                 if held > 1 {
                     self.counters.ambiguous += 1;
                 }
-                self.emit(at, io, Some((t, e.error)), out);
+                self.emit(at, io, Some((t, e.error, held)), out);
             }
         }
         self.counters.in_flight = self.ios.len() as u64;
@@ -263,36 +288,50 @@ impl Correlator for BioCorrelator {
     }
 }
 
-fn opt(v: Option<u64>) -> Value<'static> {
-    v.map_or(Value::Empty, Value::U64)
-}
-
-const fn col(
-    name: &'static str,
-    role: Role,
-    kind: Kind,
-    get: fn(&BioRecord) -> Value<'_>,
-) -> Column<BioRecord> {
-    Column {
-        name,
-        role,
-        kind,
-        get,
+impl BlockIo for BioRecord {
+    fn start(&self) -> u64 {
+        self.start_ns
+    }
+    fn device(&self) -> &str {
+        &self.device
+    }
+    fn dev(&self) -> u32 {
+        self.dev
+    }
+    fn op(&self) -> Op {
+        self.op
+    }
+    fn sector(&self) -> u64 {
+        self.sector
+    }
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    fn error(&self) -> i32 {
+        self.error
+    }
+    fn qd(&self) -> Option<u32> {
+        Some(self.qd)
+    }
+    fn candidates(&self) -> Option<u32> {
+        self.candidates
+    }
+    fn status(&self) -> Status {
+        self.status
     }
 }
 
+const HEAD: [Column<BioRecord>; 7] = head_columns();
+const TAIL: [Column<BioRecord>; 4] = tail_columns();
+
 static COLUMNS: &[Column<BioRecord>] = &[
-    col("start_time", Role::StartTime, Kind::Timestamp, |r| {
-        Value::Time(r.start_ns)
-    }),
-    col("start_ns", Role::Value, Kind::U64, |r| {
-        Value::U64(r.start_ns)
-    }),
-    col("device", Role::Label, Kind::Text, |r| Value::Str(&r.device)),
-    col("dev", Role::Value, Kind::Text, |r| Value::Dev(r.dev)),
-    col("op", Role::Label, Kind::Text, |r| Value::Str(r.op.as_str())),
-    col("sector", Role::Value, Kind::U64, |r| Value::U64(r.sector)),
-    col("bytes", Role::Value, Kind::U64, |r| Value::U64(r.bytes)),
+    HEAD[0],
+    HEAD[1],
+    HEAD[2],
+    HEAD[3],
+    HEAD[4],
+    HEAD[5],
+    HEAD[6],
     col("target", Role::Label, Kind::Text, |r| {
         r.target.as_ref().map_or(Value::Empty, |t| Value::Str(&t.0))
     }),
@@ -305,28 +344,13 @@ static COLUMNS: &[Column<BioRecord>] = &[
     col("q2r_ns", Role::Stage, Kind::U64, |r| opt(r.q2r_ns)),
     col("r2c_ns", Role::Stage, Kind::U64, |r| opt(r.r2c_ns)),
     col("q2c_ns", Role::Stage, Kind::U64, |r| opt(r.q2c_ns)),
-    col("error", Role::Value, Kind::I64, |r| {
-        Value::I64(r.error as i64)
-    }),
-    col("status", Role::Status, Kind::Text, |r| {
-        Value::Str(r.status.as_str())
-    }),
+    TAIL[0],
+    TAIL[1],
+    TAIL[2],
+    TAIL[3],
 ];
 
-impl Tabled for BioRecord {
-    const PROFILE: &'static str = "bio";
-    const COLUMNS: &'static [Column<Self>] = COLUMNS;
-    fn table() -> &'static Schema {
-        static S: OnceLock<Schema> = OnceLock::new();
-        schema_cell::<Self>(&S)
-    }
-    fn first_ns(&self) -> u64 {
-        self.start_ns
-    }
-    fn outcome(&self) -> Status {
-        self.status
-    }
-}
+crate::tabled!(BioRecord, "bio", COLUMNS, |r| r.start_ns, |r| r.status);
 
 #[cfg(test)]
 mod tests {

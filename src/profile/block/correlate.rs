@@ -12,10 +12,20 @@
 //! - an issue goes to the oldest request of the key not yet issued (inserted, or
 //!   requeued), else starts a new one (issued directly, no scheduler);
 //! - a requeue sends the oldest issued request of the key back to "not issued";
-//! - a completion goes to the request of the key issued first (FIFO by issue): the
-//!   device may complete them in another order, and then the two latencies are
-//!   swapped, never lost or invented. How many requests shared the key at that moment
-//!   is counted ([`Counters::ambiguous`]): one means the pairing was certain.
+//! - a merge (`block_rq_merge`: the scheduler folded a queued request into another)
+//!   drops the oldest not-issued request of the key: its sectors complete with the
+//!   request it joined; a bio merged into a queued request (`block_bio_backmerge`,
+//!   `block_bio_frontmerge`) has no request of its own, and a front merge moves the
+//!   request it joined to the bio's sector. Both are counted in
+//!   [`Counters::merged`], so rows + merged = the I/Os submitted;
+//! - a completion goes to the request of the key issued first (FIFO by issue) among
+//!   those of its size (else among all): the device may complete them in another
+//!   order, and then the two latencies are swapped, never lost or invented. How many requests shared the key at that moment
+//!   is the row's `candidates` (1: the pairing was certain), and pairings that were
+//!   a choice are counted ([`Counters::ambiguous`]).
+//!
+//! `qd` is the device's queue depth as the request was issued: the requests issued and
+//! not yet completed on that device, itself included.
 //!
 //! A partial completion (fewer sectors than issued) moves the request on to the next
 //! sector, where the rest completes.
@@ -42,6 +52,8 @@ struct Pending {
     bytes: u64,
     /// Sectors not completed yet.
     remaining: u32,
+    /// Device queue depth at the (last) issue, itself included.
+    qd: Option<u32>,
 }
 
 impl Started for Pending {
@@ -76,6 +88,8 @@ type Key = (u32, u64);
 pub struct BlockCorrelator {
     cfg: BlockConfig,
     pending: Inflight<Key, Pending>,
+    /// Issued, not completed requests per device.
+    issued: FxMap<u32, u32>,
     names: FxMap<u32, Arc<str>>,
     counters: Counters,
 }
@@ -89,6 +103,7 @@ impl BlockCorrelator {
             .collect();
         BlockCorrelator {
             pending: Inflight::new(cfg.max_in_flight),
+            issued: FxMap::default(),
             cfg,
             names,
             counters: Counters::default(),
@@ -102,7 +117,23 @@ impl BlockCorrelator {
             .clone()
     }
 
-    fn record(&mut self, dev: u32, p: &Pending, done: Option<(u64, i32)>) -> BlockRecord {
+    /// A request of `dev` left the device (completed, requeued, given up).
+    fn left_device(&mut self, dev: u32, p: &Pending) {
+        if p.issue.is_some() {
+            if let Some(n) = self.issued.get_mut(&dev) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    fn record(
+        &mut self,
+        dev: u32,
+        p: &Pending,
+        done: Option<(u64, i32)>,
+        candidates: usize,
+    ) -> BlockRecord {
+        self.left_device(dev, p);
         let start = p.first;
         let (d2c, q2c, error, status) = match done {
             Some((t, err)) => (
@@ -127,6 +158,8 @@ impl BlockCorrelator {
             d2c_ns: d2c,
             q2c_ns: q2c,
             error,
+            qd: p.qd,
+            candidates: done.map(|_| candidates as u32),
             status,
         }
     }
@@ -145,6 +178,7 @@ impl BlockCorrelator {
             op: e.op,
             bytes: e.bytes as u64,
             remaining: e.nr_sector,
+            qd: None,
         };
         match e.kind {
             // Bios are not requests; this profile does not open the event.
@@ -161,14 +195,20 @@ impl BlockCorrelator {
                 }
             }
             BlockKind::Issue => {
+                let depth = self.issued.entry(e.dev).or_insert(0);
+                *depth += 1;
+                let qd = Some(*depth);
                 if let Some(p) = self.pending.find_mut(&key, |p| p.issue.is_none()) {
                     p.issue = Some(t);
+                    p.qd = qd;
                     // The issue carries the final size (merges happen before dispatch).
                     p.bytes = e.bytes as u64;
                     p.remaining = e.nr_sector;
                     p.op = e.op;
                 } else {
-                    self.add(key, fresh(None, Some(t)), out);
+                    let mut p = fresh(None, Some(t));
+                    p.qd = qd;
+                    self.add(key, p, out);
                 }
             }
             BlockKind::Requeue => {
@@ -176,10 +216,29 @@ impl BlockCorrelator {
                     p.issue = None;
                     p.requeued = true;
                     self.counters.requeued += 1;
+                    if let Some(n) = self.issued.get_mut(&e.dev) {
+                        *n = n.saturating_sub(1);
+                    }
+                }
+            }
+            BlockKind::Merge => {
+                // A request merged at insert time was never inserted: nothing to drop.
+                self.pending.take_where(&key, |p| p.issue.is_none());
+                self.counters.merged += 1;
+            }
+            BlockKind::BioBackMerge => self.counters.merged += 1,
+            BlockKind::BioFrontMerge => {
+                self.counters.merged += 1;
+                let old = (e.dev, e.sector + e.nr_sector as u64);
+                if let Some((mut p, _)) = self.pending.take_where(&old, |p| p.issue.is_none()) {
+                    p.sector = e.sector;
+                    p.bytes += (e.nr_sector as u64) << 9;
+                    p.remaining += e.nr_sector;
+                    self.add(key, p, out);
                 }
             }
             BlockKind::Complete => {
-                let first_issue = self.first_issued(&key);
+                let first_issue = self.first_issued(&key, e.nr_sector);
                 let taken = match first_issue {
                     Some(i) => self.pending.take_where(&key, |p| p.issue == Some(i)),
                     // Completed without a traced issue (tracing began mid-way).
@@ -199,7 +258,7 @@ impl BlockCorrelator {
                     self.add((e.dev, e.sector + e.nr_sector as u64), p, out);
                     return;
                 }
-                let r = self.record(e.dev, &p, Some((t, e.error)));
+                let r = self.record(e.dev, &p, Some((t, e.error)), held);
                 out(r);
             }
         }
@@ -207,15 +266,21 @@ impl BlockCorrelator {
     }
 
     /// The earliest issue time among the issued requests of `key`.
-    fn first_issued(&mut self, key: &Key) -> Option<u64> {
-        let mut first: Option<u64> = None;
+    /// Prefers a request of the completion's size: requests at one sector can differ
+    /// in size (one grew by merges), and a completion of the wrong size would split a
+    /// request that is whole.
+    fn first_issued(&mut self, key: &Key, nr_sector: u32) -> Option<u64> {
+        let (mut first, mut first_sized): (Option<u64>, Option<u64>) = (None, None);
         self.pending.find_mut(key, |p| {
             if let Some(i) = p.issue {
                 first = Some(first.map_or(i, |f| f.min(i)));
+                if p.remaining == nr_sector {
+                    first_sized = Some(first_sized.map_or(i, |f| f.min(i)));
+                }
             }
             false
         });
-        first
+        first_sized.or(first)
     }
 
     fn add(&mut self, key: Key, p: Pending, out: &mut dyn FnMut(BlockRecord)) {
@@ -223,7 +288,7 @@ impl BlockCorrelator {
         self.pending.push(key, p, &mut |k, p| old.push((k, p)));
         for (k, p) in old {
             self.counters.incomplete += 1;
-            let r = self.record(k.0, &p, None);
+            let r = self.record(k.0, &p, None, 0);
             out(r);
         }
     }
@@ -242,7 +307,7 @@ impl Correlator for BlockCorrelator {
         self.pending.drain_all(&mut |k, p| left.push((k, p)));
         for (k, p) in left {
             self.counters.incomplete += 1;
-            let r = self.record(k.0, &p, None);
+            let r = self.record(k.0, &p, None, 0);
             out(r);
         }
         self.counters.in_flight = 0;

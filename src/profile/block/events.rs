@@ -14,6 +14,13 @@ pub enum BlockKind {
     Issue,
     /// The driver gave a dispatched request back (busy): it will be issued again.
     Requeue,
+    /// The scheduler merged a queued request into another one: it is not an I/O of its
+    /// own any more.
+    Merge,
+    /// A bio joined the back of a queued request (no request of its own).
+    BioBackMerge,
+    /// A bio joined the front of a queued request, which now starts at the bio's sector.
+    BioFrontMerge,
     Complete,
 }
 
@@ -24,6 +31,9 @@ impl BlockKind {
             "block_rq_insert" => Some(BlockKind::Insert),
             "block_rq_issue" => Some(BlockKind::Issue),
             "block_rq_requeue" => Some(BlockKind::Requeue),
+            "block_rq_merge" => Some(BlockKind::Merge),
+            "block_bio_backmerge" => Some(BlockKind::BioBackMerge),
+            "block_bio_frontmerge" => Some(BlockKind::BioFrontMerge),
             "block_rq_complete" => Some(BlockKind::Complete),
             _ => None,
         }
@@ -35,6 +45,9 @@ impl BlockKind {
             BlockKind::Insert => "block:block_rq_insert",
             BlockKind::Issue => "block:block_rq_issue",
             BlockKind::Requeue => "block:block_rq_requeue",
+            BlockKind::Merge => "block:block_rq_merge",
+            BlockKind::BioBackMerge => "block:block_bio_backmerge",
+            BlockKind::BioFrontMerge => "block:block_bio_frontmerge",
             BlockKind::Complete => "block:block_rq_complete",
         }
     }

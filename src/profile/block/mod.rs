@@ -44,6 +44,27 @@ const EVENTS: &[EventReq] = &[
         required: false,
         hint: BLOCK_HINT,
     },
+    // Optional: a queued request the scheduler merged into another never issues, and
+    // bios merged into a queued request have none of their own (a front merge moves
+    // the request's start sector). With them, rows + merged = the bios submitted.
+    EventReq {
+        system: "block",
+        event: "block_rq_merge",
+        required: false,
+        hint: BLOCK_HINT,
+    },
+    EventReq {
+        system: "block",
+        event: "block_bio_backmerge",
+        required: false,
+        hint: BLOCK_HINT,
+    },
+    EventReq {
+        system: "block",
+        event: "block_bio_frontmerge",
+        required: false,
+        hint: BLOCK_HINT,
+    },
 ];
 
 /// `--device`, for the profiles that select block devices.

@@ -121,6 +121,8 @@ pub struct CmdCore {
     pub lba_size: u32,
     /// Submission → completion.
     pub cmd_ns: Option<u64>,
+    /// Commands in flight on the queue at submission, itself included.
+    pub qd: u32,
     /// `None` while incomplete.
     pub nvme_status: Option<u16>,
     pub retries: Option<u8>,
@@ -146,7 +148,11 @@ pub(crate) struct Pending {
     pub(crate) submit: u64,
     pub(crate) cmd: NvmeCmd,
     pub(crate) block: Option<u64>,
+    /// Bios that were waiting at the command's place when `block` was joined.
+    pub(crate) candidates: Option<u32>,
     pub(crate) lba_size: u32,
+    /// Commands in flight on its queue when it was submitted, itself included.
+    pub(crate) qd: u32,
 }
 
 impl Started for Pending {
@@ -180,6 +186,8 @@ pub(crate) type Finished = (Pending, Option<(u64, NvmeDone)>);
 pub(crate) struct CmdTracker {
     pub(crate) cfg: NvmeConfig,
     pending: Inflight<Key, Pending>,
+    /// Commands in flight per (controller, queue).
+    depth: FxMap<(u32, u32), u32>,
     /// Disks of selected commands: with `--nsid`, a completion on another disk belongs
     /// to an unselected namespace (completions carry no nsid) and is not "unmatched".
     nsid_disks: Vec<DiskName>,
@@ -194,6 +202,7 @@ impl CmdTracker {
     pub(crate) fn new(cfg: NvmeConfig) -> CmdTracker {
         CmdTracker {
             pending: Inflight::new(cfg.max_in_flight),
+            depth: FxMap::default(),
             cfg,
             nsid_disks: Vec::new(),
             lba_cache: FxMap::default(),
@@ -218,28 +227,43 @@ impl CmdTracker {
         s
     }
 
-    /// A submitted command; `block` is its first block event when the caller found one.
+    /// A command left its queue (completed, given up or taken by a completion).
+    fn left(&mut self, p: &Pending) {
+        if let Some(n) = self.depth.get_mut(&(p.cmd.ctrl_id, p.cmd.qid)) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// A submitted command; `block` is its first block event (and how many bios were
+    /// waiting there) when the caller joined one.
     pub(crate) fn submit(
         &mut self,
         t: u64,
         cmd: &NvmeCmd,
-        block: Option<u64>,
+        block: Option<(u64, u32)>,
         out: &mut dyn FnMut(Finished),
     ) {
         let key = (cmd.ctrl_id, cmd.qid, cmd.cid);
+        let depth = self.depth.entry((cmd.ctrl_id, cmd.qid)).or_insert(0);
+        *depth += 1;
+        let qd = *depth;
         let p = Pending {
             submit: t,
             cmd: *cmd,
-            block,
+            block: block.map(|b| b.0),
+            candidates: block.map(|b| b.1),
             lba_size: self.lba_size(&cmd.disk),
+            qd,
         };
-        let mut given_up = 0;
-        let old = self.pending.insert(key, p, &mut |_, p| {
-            given_up += 1;
-            out((p, None))
-        });
-        self.counters.incomplete += given_up;
+        let mut gone = Vec::new();
+        let old = self.pending.insert(key, p, &mut |_, p| gone.push(p));
+        self.counters.incomplete += gone.len() as u64;
+        for p in gone {
+            self.left(&p);
+            out((p, None));
+        }
         if let Some(old) = old {
+            self.left(&old);
             // The same command id started again while we still held the previous
             // command: its completion was lost (or never traced). Give the old one up
             // so each row stays one command, and count why.
@@ -286,6 +310,9 @@ impl CmdTracker {
             // the association exists (connect) and the new cntlid at completion.
             found = self.pending.take(&(0, done.qid, done.cid)).map(|(p, _)| p);
         }
+        if let Some(p) = &found {
+            self.left(p);
+        }
         self.counters.in_flight = self.pending.len() as u64;
         found.map_or(Claim::Missing, Claim::Found)
     }
@@ -293,12 +320,16 @@ impl CmdTracker {
     /// Take a command by its key (a completion matched another way).
     pub(crate) fn take(&mut self, key: Key) -> Option<Pending> {
         let p = self.pending.take(&key).map(|(p, _)| p);
+        if let Some(p) = &p {
+            self.left(p);
+        }
         self.counters.in_flight = self.pending.len() as u64;
         p
     }
 
     /// Put back a command taken by a completion that turned out not to be its own.
     pub(crate) fn restore(&mut self, p: Pending) {
+        *self.depth.entry((p.cmd.ctrl_id, p.cmd.qid)).or_insert(0) += 1;
         self.pending.insert(p.key(), p, &mut |_, _| {});
         self.counters.in_flight = self.pending.len() as u64;
     }
@@ -320,6 +351,7 @@ impl CmdTracker {
             out((p, None))
         });
         self.counters.incomplete += n;
+        self.depth.clear();
         self.counters.in_flight = 0;
     }
 
@@ -364,6 +396,7 @@ impl CmdTracker {
             bytes,
             lba_size,
             cmd_ns,
+            qd: p.qd,
             nvme_status,
             retries,
             status,

@@ -98,7 +98,7 @@ impl NvmeCorrelator {
         let place = self.place(cmd, lba_size);
         let block = place
             .and_then(|(dev, sector)| self.blocks.claim(dev, sector, t))
-            .map(|c| c.t);
+            .map(|c| (c.t, c.candidates as u32));
         if let Some(pl) = place {
             let at = AtSector {
                 t,
@@ -204,6 +204,7 @@ impl NvmeCorrelator {
         NvmeRecord {
             core: CmdTracker::core(&p, done),
             block_ns: p.block,
+            candidates: p.candidates,
         }
     }
 }

@@ -2,8 +2,7 @@
 //! nvmet profile's record ([`core_columns`]).
 
 use super::cmd::CmdCore;
-use crate::record::{schema_cell, Column, Kind, Role, Schema, Status, Tabled, Value};
-use std::sync::OnceLock;
+use crate::record::{opt, Column, Kind, Role, Value};
 
 /// One host NVMe command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,6 +11,9 @@ pub struct NvmeRecord {
     /// First block event of the request (bio queued or request inserted), when traced
     /// and found.
     pub block_ns: Option<u64>,
+    /// Bios that were waiting at the command's place when its block event was joined
+    /// (1: certain; more: a hot sector, the oldest was taken).
+    pub candidates: Option<u32>,
 }
 
 impl NvmeRecord {
@@ -43,18 +45,6 @@ impl HasCore for NvmeRecord {
     }
 }
 
-pub(crate) fn opt(v: Option<u64>) -> Value<'static> {
-    v.map_or(Value::Empty, Value::U64)
-}
-
-/// The opcode's name (`read`, `write`, `connect`…), else `0xNN`.
-pub(crate) fn opcode_value(c: &CmdCore) -> Value<'static> {
-    match c.opcode_label() {
-        std::borrow::Cow::Borrowed(s) => Value::Str(s),
-        std::borrow::Cow::Owned(s) => Value::String(s),
-    }
-}
-
 /// The columns from `qid` to `size_class`, in that order, for any record with a core.
 pub const fn core_columns<R: HasCore>() -> [Column<R>; 8] {
     [
@@ -80,7 +70,7 @@ pub const fn core_columns<R: HasCore>() -> [Column<R>; 8] {
             name: "opcode",
             role: Role::Label,
             kind: Kind::Text,
-            get: |r| opcode_value(r.core()),
+            get: |r| Value::from(r.core().opcode_label()),
         },
         Column {
             name: "slba",
@@ -107,6 +97,16 @@ pub const fn core_columns<R: HasCore>() -> [Column<R>; 8] {
             get: |r| Value::Str(r.core().size_label()),
         },
     ]
+}
+
+/// `qd`: commands in flight on the queue at submission, itself included.
+pub const fn qd_column<R: HasCore>() -> Column<R> {
+    Column {
+        name: "qd",
+        role: Role::Value,
+        kind: Kind::U64,
+        get: |r| Value::U64(r.core().qd as u64),
+    }
 }
 
 /// `nvme_status` (hex, empty while incomplete).
@@ -192,20 +192,16 @@ static COLUMNS: &[Column<NvmeRecord>] = &[
         kind: Kind::U64,
         get: |r| opt(r.core.retries.map(u64::from)),
     },
+    qd_column(),
+    Column {
+        name: "candidates",
+        role: Role::Value,
+        kind: Kind::U64,
+        get: |r| opt(r.candidates.map(u64::from)),
+    },
     status_column(),
 ];
 
-impl Tabled for NvmeRecord {
-    const PROFILE: &'static str = "nvme";
-    const COLUMNS: &'static [Column<Self>] = COLUMNS;
-    fn table() -> &'static Schema {
-        static S: OnceLock<Schema> = OnceLock::new();
-        schema_cell::<Self>(&S)
-    }
-    fn first_ns(&self) -> u64 {
-        self.start()
-    }
-    fn outcome(&self) -> Status {
-        self.core.status
-    }
-}
+crate::tabled!(NvmeRecord, "nvme", COLUMNS, |r| r.start(), |r| r
+    .core
+    .status);

@@ -288,7 +288,7 @@ fn read_joined_with_its_bio_gives_every_field_and_stage() {
         cells(r),
         [
             "nvme0", "nvme0n1", "2", "4101", "1", "read", "2048", "4096", "512", "<=4k", "700",
-            "8000", "8700", "0x0", "0", "ok"
+            "8000", "8700", "0x0", "0", "1", "1", "ok"
         ]
     );
     assert_eq!(cells(r).len() + 2, r.schema().columns.len());
@@ -379,7 +379,7 @@ fn error_status_is_reported_not_hidden() {
     assert_eq!(r[0].status(), Status::Error);
     assert_eq!(r[0].core.nvme_status, Some(0x4002));
     let cl = cells(&r[0]);
-    assert_eq!((cl[13].as_str(), cl[15].as_str()), ("0x4002", "error"));
+    assert_eq!((cl[13].as_str(), cl[17].as_str()), ("0x4002", "error"));
     assert_eq!(c.unmatched, 0);
 }
 

@@ -15,7 +15,7 @@ use super::model::{fits, HostPart, Side, TargetPart, TcpConfig, TcpRecord, M_T_R
 use super::target::{TgtIo, TgtKey};
 use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::inflight::{Inflight, Started};
-use crate::correlate::{Correlator, Counters};
+use crate::correlate::{Correlator, Counters, FxMap};
 use crate::decode::Event;
 use crate::profile::block::events::{BlockEvent, BlockKind};
 
@@ -43,6 +43,9 @@ pub struct TcpCorrelator {
     pub(super) targets: Inflight<TgtKey, TgtIo>,
     /// Target parts whose reply went out, waiting for their host part (joint runs).
     pub(super) tgt_done: Inflight<TgtKey, TargetPart>,
+    /// Commands in flight per host queue (ctrl_id, qid) and target queue (cntlid, qid).
+    host_depth: FxMap<(u32, u16), u32>,
+    tgt_depth: FxMap<(u16, u16), u32>,
     /// Controllers (cntlid) seen on the host side and on the target side in this run.
     /// A part of the other side is expected only for a controller seen there: with
     /// `--side both` a host of a remote target (or a target of remote hosts) whose
@@ -74,6 +77,8 @@ impl TcpCorrelator {
             bios: BioJoin::new(MAX_BIOS),
             targets: Inflight::new(max),
             tgt_done: Inflight::new(max),
+            host_depth: FxMap::default(),
+            tgt_depth: FxMap::default(),
             host_ctrls: Box::new([0; 1024]),
             tgt_ctrls: Box::new([0; 1024]),
             counters: Counters::default(),
@@ -106,7 +111,7 @@ impl TcpCorrelator {
                     self.emit_host(io, Some(t), out);
                 }
             }
-            BlockKind::Insert | BlockKind::Issue | BlockKind::Requeue => {}
+            _ => {}
         }
     }
 
@@ -126,6 +131,9 @@ impl TcpCorrelator {
             }
             mark(&mut self.host_ctrls, e.cntlid);
             let mut io = HostIo::new(t, e);
+            let depth = self.host_depth.entry((e.ctrl_id, e.qid)).or_insert(0);
+            *depth += 1;
+            io.part.qd = Some(*depth);
             io.queue_rq = Some(t);
             io.phase_start = Some(t);
             if let Some(rq) = &e.rq {
@@ -137,7 +145,9 @@ impl TcpCorrelator {
                 io.part.slba = matches!(rq.opcode, 0x01 | 0x02).then_some(rq.slba);
                 if rq.dev != 0 {
                     io.blk = Some((rq.dev, rq.sector));
-                    io.blk_start = self.bios.claim(rq.dev, rq.sector, t).map(|c| c.t);
+                    let claim = self.bios.claim(rq.dev, rq.sector, t);
+                    io.blk_start = claim.map(|c| c.t);
+                    io.part.candidates = claim.map(|c| c.candidates as u32);
                     let at = AtSector { t, key };
                     self.by_sector.push((rq.dev, rq.sector), at, &mut |_, _| {});
                 }
@@ -210,6 +220,9 @@ impl TcpCorrelator {
     }
 
     fn emit_host(&mut self, io: HostIo, end: Option<u64>, out: &mut dyn FnMut(TcpRecord)) {
+        if let Some(n) = self.host_depth.get_mut(&(io.part.ctrl_id, io.part.qid)) {
+            *n = n.saturating_sub(1);
+        }
         if let Some(b) = io.blk {
             // Only its own mapping: a newer request at the same place may own it now.
             let own = (io.part.ctrl_id, io.part.qid, io.part.cid);
@@ -239,7 +252,7 @@ impl TcpCorrelator {
         // Its reply went out but the target record is still open (a read's data was
         // sent, the response capsule event not seen yet): take what it has.
         let (io, _) = self.targets.take_where(&key, |t| fits(h, &t.part, 0))?;
-        Some(io.finish())
+        Some(self.finish_target(io))
     }
 
     fn on_target(&mut self, t: u64, e: &TargetEvent, out: &mut dyn FnMut(TcpRecord)) {
@@ -251,11 +264,14 @@ impl TcpCorrelator {
             if let Some((old, _)) = self.targets.take(&key) {
                 self.close_target(key, old, out);
             }
+            let mut io = TgtIo::new(t, e);
+            let depth = self.tgt_depth.entry((e.cntlid, e.qid)).or_insert(0);
+            *depth += 1;
+            io.part.qd = Some(*depth);
             let mut evicted = Vec::new();
-            self.targets
-                .insert(key, TgtIo::new(t, e), &mut |_, io| evicted.push(io));
+            self.targets.insert(key, io, &mut |_, io| evicted.push(io));
             for io in evicted {
-                let p = io.finish();
+                let p = self.finish_target(io);
                 self.emit_target(p, out);
             }
             mark(&mut self.tgt_ctrls, e.cntlid);
@@ -322,8 +338,16 @@ impl TcpCorrelator {
     }
 
     /// A target record is over: wait for its host part (joint runs) or emit it.
+    /// A target I/O leaves its queue: its stages from its marks.
+    fn finish_target(&mut self, io: TgtIo) -> TargetPart {
+        if let Some(n) = self.tgt_depth.get_mut(&(io.part.cntlid, io.part.qid)) {
+            *n = n.saturating_sub(1);
+        }
+        io.finish()
+    }
+
     fn close_target(&mut self, key: TgtKey, io: TgtIo, out: &mut dyn FnMut(TcpRecord)) {
-        let part = io.finish();
+        let part = self.finish_target(io);
         if self.cfg.side.host() {
             // The host part claims it when the host completes; an older unclaimed one
             // of the same key had no traced host (another machine's I/O): emit it.

@@ -222,6 +222,10 @@ pub struct HostPart {
     /// R of the last round (same fallback).
     pub last_recv_ns: Option<u64>,
     pub nvme_status: Option<u16>,
+    /// Commands in flight on the host queue when it was queued, itself included.
+    pub qd: Option<u32>,
+    /// Bios that were waiting at its place when its block start was joined.
+    pub candidates: Option<u32>,
     pub missing: u16,
 }
 
@@ -248,6 +252,8 @@ pub struct TargetPart {
     pub send_ns: Option<u64>,
     pub last_send_ns: Option<u64>,
     pub nvme_status: Option<u16>,
+    /// Commands in flight on the target queue when it arrived, itself included.
+    pub qd: Option<u32>,
     pub missing: u16,
 }
 
@@ -270,6 +276,16 @@ pub fn fits(h: &HostPart, t: &TargetPart, off: i64) -> bool {
     if (h.cntlid, h.qid, h.cid) != (t.cntlid, t.qid, t.cid) {
         return false;
     }
+    // The command itself must agree where both sides recorded it: a cid is reused,
+    // and with a wrong clock offset an earlier command of the same cid can fit the
+    // times; its opcode, place or length tells it apart.
+    if h.opcode.is_some_and(|o| o != t.opcode) {
+        return false;
+    }
+    let rw = matches!(t.opcode, 0x01 | 0x02);
+    if rw && (h.slba.is_some_and(|s| s != t.slba) || h.bytes.is_some_and(|b| b != t.len as u64)) {
+        return false;
+    }
     let start = h.queue_ns.unwrap_or(h.start_ns) as i128;
     let arrive = t.recv_ns as i128 + off as i128;
     let ok_start = arrive >= start;
@@ -282,6 +298,14 @@ pub fn fits(h: &HostPart, t: &TargetPart, off: i64) -> bool {
 }
 
 impl TcpRecord {
+    /// The host's queue depth, else the target's.
+    pub fn qd(&self) -> Option<u32> {
+        self.host
+            .as_ref()
+            .and_then(|h| h.qd)
+            .or_else(|| self.target.as_ref().and_then(|t| t.qd))
+    }
+
     /// B (else Q) of the host part; a target-only row starts at its arrival (A₁),
     /// on the target's clock.
     pub fn start(&self) -> u64 {

@@ -4,35 +4,7 @@ use super::model::{
     HostPart, TargetPart, TcpRecord, HOST_MARKS, MARK_NAMES, M_HOST, M_TARGET, TARGET_MARKS,
 };
 use crate::profile::nvme::events::{opcode_name, DiskName};
-use crate::record::{
-    bad, schema_cell, Column, Kind, Role, Row, RowError, Schema, Status, Tabled, Value,
-};
-use std::sync::OnceLock;
-
-fn opt(v: Option<u64>) -> Value<'static> {
-    v.map_or(Value::Empty, Value::U64)
-}
-
-fn label(s: std::borrow::Cow<'static, str>) -> Value<'static> {
-    match s {
-        std::borrow::Cow::Borrowed(s) => Value::Str(s),
-        std::borrow::Cow::Owned(s) => Value::String(s),
-    }
-}
-
-const fn col(
-    name: &'static str,
-    role: Role,
-    kind: Kind,
-    get: fn(&TcpRecord) -> Value<'_>,
-) -> Column<TcpRecord> {
-    Column {
-        name,
-        role,
-        kind,
-        get,
-    }
-}
+use crate::record::{bad, col, opt, Column, Kind, Role, Row, RowError, Value};
 
 /// A host part's number, empty without one.
 macro_rules! host {
@@ -82,7 +54,7 @@ static COLUMNS: &[Column<TcpRecord>] = &[
     col("qid", V, Kind::U64, |r| Value::U64(ident(r).1 as u64)),
     col("cid", V, Kind::U64, |r| Value::U64(ident(r).2 as u64)),
     host!("tag", V, |h| Some(h.tag as u64)),
-    col("op", Role::Label, Kind::Text, |r| label(r.op_label())),
+    col("op", Role::Label, Kind::Text, |r| Value::from(r.op_label())),
     col("slba", V, Kind::U64, |r| {
         let h = r.host.as_ref();
         opt(h.and_then(|h| h.slba).or(r.target.as_ref().map(|t| t.slba)))
@@ -126,6 +98,9 @@ static COLUMNS: &[Column<TcpRecord>] = &[
         r.nvme_status()
             .map_or(Value::Empty, |s| Value::Hex(s as u64))
     }),
+    col("qd", V, Kind::U64, |r| opt(r.qd().map(u64::from))),
+    target!("target_qd", V, |t| t.qd.map(u64::from)),
+    host!("candidates", V, |h| h.candidates.map(u64::from)),
     col("chain", V, Kind::Text, |r| {
         if r.missing() == 0 {
             Value::Str("complete")
@@ -138,20 +113,8 @@ static COLUMNS: &[Column<TcpRecord>] = &[
     }),
 ];
 
-impl Tabled for TcpRecord {
-    const PROFILE: &'static str = "nvme-tcp";
-    const COLUMNS: &'static [Column<Self>] = COLUMNS;
-    fn table() -> &'static Schema {
-        static S: OnceLock<Schema> = OnceLock::new();
-        schema_cell::<Self>(&S)
-    }
-    fn first_ns(&self) -> u64 {
-        self.start()
-    }
-    fn outcome(&self) -> Status {
-        self.own_status()
-    }
-}
+crate::tabled!(TcpRecord, "nvme-tcp", COLUMNS, |r| r.start(), |r| r
+    .own_status());
 
 impl TcpRecord {
     /// Read a row written by [`IoRecord::cells`] back (`get` gives a column's cell by
@@ -238,6 +201,8 @@ impl TcpRecord {
                 recv_ns: row.num("host_recv_ns")?,
                 last_recv_ns: row.num("host_last_recv_ns")?,
                 nvme_status,
+                qd: row.num("qd")?,
+                candidates: row.num("candidates")?,
                 missing: missing & HOST_MARKS,
             })
         } else {
@@ -263,6 +228,7 @@ impl TcpRecord {
                 send_ns: row.num("target_send_ns")?,
                 last_send_ns: row.num("target_last_send_ns")?,
                 nvme_status,
+                qd: row.num("target_qd")?,
                 missing: missing & TARGET_MARKS,
             })
         } else {

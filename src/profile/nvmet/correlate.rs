@@ -2,13 +2,14 @@
 //! `nvmet_req_complete`, keyed by (cntlid, qid, cid): how long each command stays in
 //! the target.
 
-use crate::correlate::{Correlator, Counters, Status};
+use crate::correlate::{Correlator, Counters};
 use crate::decode::Event;
 use crate::profile::nvme::cmd::{CmdCore, CmdTracker, Finished, NvmeConfig};
 use crate::profile::nvme::events::NvmeEvent;
-use crate::profile::nvme::record::{core_columns, nvme_status_column, opt, status_column, HasCore};
-use crate::record::{schema_cell, Column, Kind, Role, Schema, Tabled, Value};
-use std::sync::OnceLock;
+use crate::profile::nvme::record::{
+    core_columns, nvme_status_column, qd_column, status_column, HasCore,
+};
+use crate::record::{opt, Column, Kind, Role, Value};
 
 /// One command as the target saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,23 +66,13 @@ static COLUMNS: &[Column<NvmetRecord>] = &[
         get: |r| opt(r.core.cmd_ns),
     },
     nvme_status_column(),
+    qd_column(),
     status_column(),
 ];
 
-impl Tabled for NvmetRecord {
-    const PROFILE: &'static str = "nvmet";
-    const COLUMNS: &'static [Column<Self>] = COLUMNS;
-    fn table() -> &'static Schema {
-        static S: OnceLock<Schema> = OnceLock::new();
-        schema_cell::<Self>(&S)
-    }
-    fn first_ns(&self) -> u64 {
-        self.core.submit_ns
-    }
-    fn outcome(&self) -> Status {
-        self.core.status
-    }
-}
+crate::tabled!(NvmetRecord, "nvmet", COLUMNS, |r| r.core.submit_ns, |r| r
+    .core
+    .status);
 
 pub struct NvmetCorrelator {
     tracker: CmdTracker,
@@ -135,7 +126,7 @@ mod tests {
     use crate::profile::nvme::cmd::CmdSelect;
     use crate::profile::nvme::tests::{guest_tracefs, rw_dwords};
     use crate::profile::nvmet::events::layout;
-    use crate::record::IoRecord;
+    use crate::record::{IoRecord, Status};
     use crate::synth::RecordBuilder;
     use crate::testutil::{cells, labels};
     use crate::tracefs::EventFormat;
@@ -251,6 +242,8 @@ mod tests {
                 "<=4k",
                 "300",
                 "0x0",
+                // Queue depth is per queue: the write in flight is on another one.
+                "1",
                 "ok"
             ]
         );
@@ -258,7 +251,7 @@ mod tests {
         assert_eq!(r[0].start_ns(), 100);
         assert_eq!(
             cells(&r[1])[5..],
-            ["write", "0", "131072", "512", "<=128k", "750", "0x280", "error"]
+            ["write", "0", "131072", "512", "<=128k", "750", "0x280", "1", "error"]
         );
         assert_eq!(r[1].status(), Status::Error);
         assert_eq!(labels(&r[1]), ["1", "1", "write", "<=128k"]);

@@ -1,40 +1,83 @@
 #!/bin/sh
-# Guest script for tests/vm_nvme_tcp.rs (run by tests/vm/run.sh --patches inside
-# `chroot /host`): fio shapes with a known number of I/Os on $NTPROF_DEV, each traced
-# by three `ntprof-perf record --profile nvme-tcp` processes at once (joint, --side
-# host, --side target: each has its own perf rings, so all three see the same I/Os),
-# then `merge` of the host-only and target-only CSVs, `stat`, `report`, and a
-# `--sample 4` run.
-#   nvme-tcp.sh NTPROF_PERF_BIN [NIOS]
+# Guest script for tests/vm_nvme_tcp.rs (run by tests/vm/run.sh --patches [--digest]
+# inside `chroot /host`): fio shapes with a known number of I/Os, each traced by three
+# `ntprof-perf record --profile nvme-tcp` processes at once (joint, --side host,
+# --side target: each has its own perf rings, so all three see the same I/Os), then
+# `merge` of the host-only and target-only CSVs and `report`; the QD1 shapes also get
+# `stat` and a `--sample 4` run.
+#   nvme-tcp.sh NTPROF_PERF_BIN [NIOS [SHAPE...]]   (default: the shapes below)
+# Shapes: randread-4k, randwrite-4k, write-128k (psync, NIOS I/Os) on the NVMe/TCP disk;
+# qd8-randread-4k, qd8-randwrite-4k, qd8-randwrite-128k (libaio, iodepth 8, 2 jobs
+# pinned one per CPU, 2×NIOS I/Os each) on the same disk, so both I/O queues carry
+# several commands at once and command ids come back; and, when the rig connected
+# with digests (run.sh --digest), digest-<psync shape> on that controller's disk.
+# On request only: hot-randwrite-128k (QD8, 2 jobs, 8 blocks: same-sector commands
+# in flight at once).
 # Writes to $NTPROF_OUT/nvme-tcp/:
 #   list.txt                               ntprof-perf list
+#   shapes                                 the shapes run, one a line
+#   ctrl, digest-ctrl                      "<instance> <cntlid> <disk>" of the controllers
 #   <shape>-{joint,host,target}.csv, .err  the three recordings and their stderr
 #   <shape>-merged.csv, .err               merge host + target
 #   <shape>-report.txt                     report of the joint CSV
-#   <shape>-stat.txt, .err                 stat --interval 0
-#   <shape>-sample4.csv, .err              record --sample 4
+#   <shape>-stat.txt, .err                 stat --interval 0 (QD1 shapes)
+#   <shape>-sample4.csv, .err              record --sample 4 (QD1 shapes)
 #   fio-<shape>-<run>.json                 fio's own account (total_ios)
 set -eu
 BIN=${1:?usage: nvme-tcp.sh NTPROF_PERF_BIN [NIOS]}
 NIOS=${2:-200}
-DEV=${NTPROF_DEV:-/dev/nvme0n1}
+DEV=${NTPROF_FABRICS_DISK:-${NTPROF_DEV:?no NVMe/TCP disk in the environment}}
+DIGEST=${NTPROF_DIGEST_DISK:-}
 O=$NTPROF_OUT/nvme-tcp
 rm -rf "$O"; mkdir -p "$O"
-echo "nvme-tcp: kernel $(uname -r), $DEV, $(nproc) cpus, $NIOS I/Os per run, bin $BIN"
+echo "nvme-tcp: kernel $(uname -r), $DEV, digests: ${DIGEST:-none}, $(nproc) cpus, $NIOS I/Os per run, bin $BIN"
 "$BIN" list > "$O/list.txt" 2>&1 || { cat "$O/list.txt"; exit 1; }
+ctrl_of() {   # ctrl_of DISK: "<instance> <cntlid> <disk>"
+    n=${1##*/}; i=${n#nvme}; i=${i%%n*}
+    echo "$i $(cat "/sys/class/nvme/nvme$i/cntlid") $n"
+}
+ctrl_of "$DEV" > "$O/ctrl"
+[ -z "$DIGEST" ] || ctrl_of "$DIGEST" > "$O/digest-ctrl"
 
 fio_cmd() {   # fio_cmd SHAPE JSON_OUT
-    case $1 in
+    disk=$DEV engine="--ioengine=psync" n=$NIOS size=64m
+    base=$1
+    case $base in
+        digest-*) disk=$DIGEST base=${base#digest-} ;;
+        # Each job on its own CPU: nvme-tcp maps a CPU to an I/O queue, so both
+        # queues get work; iodepth 8 keeps several commands (tags) in flight on each.
+        # 2×NIOS I/Os a job: blk-mq cycles through 16 tags a queue here, and a command
+        # id (4-bit generation + tag) only comes back after 16 uses of its tag.
+        # Each job in its own 64 MiB (offset_increment), and fio's random map never
+        # repeats a block within a job's pass: no two commands in flight write the same
+        # sector. (Same-sector commands in flight: the hot- shape.)
+        qd8-*) base=${base#qd8-} n=$((NIOS * 2))
+               engine="--ioengine=libaio --iodepth=8 --numjobs=2 --cpus_allowed=0-1 --cpus_allowed_policy=split --offset_increment=64m" ;;
+        # 2 jobs at QD8 over 8 blocks of 128 KiB: commands to the same sector in flight
+        # at once, all the time.
+        hot-*) base=${base#hot-} n=$NIOS
+               engine="--ioengine=libaio --iodepth=8 --numjobs=2 --cpus_allowed=0-1 --cpus_allowed_policy=split --norandommap --io_size=1g" size=1m ;;
+    esac
+    case $base in
         randread-4k) rw=randread bs=4k ;;
         randwrite-4k) rw=randwrite bs=4k ;;
         write-128k) rw=write bs=128k ;;
+        randwrite-128k) rw=randwrite bs=128k ;;
         *) echo "unknown shape $1" >&2; exit 1 ;;
     esac
-    echo fio --name="$1" --filename="$DEV" --direct=1 --ioengine=psync --rw=$rw --bs=$bs \
-        --number_ios="$NIOS" --size=64m --randrepeat=0 --output-format=json --output="$2"
+    echo fio --name="$1" --filename="$disk" --direct=1 $engine --rw=$rw --bs=$bs \
+        --number_ios="$n" --size=$size --randrepeat=0 --output-format=json --output="$2"
 }
 
-for shape in randread-4k randwrite-4k write-128k; do
+shift $(($# < 2 ? $# : 2))
+if [ $# -gt 0 ]; then
+    SHAPES="$*"
+else
+    SHAPES="randread-4k randwrite-4k write-128k qd8-randread-4k qd8-randwrite-4k qd8-randwrite-128k"
+    [ -z "$DIGEST" ] || SHAPES="$SHAPES digest-randread-4k digest-randwrite-4k digest-write-128k"
+fi
+printf '%s\n' $SHAPES > "$O/shapes"
+for shape in $SHAPES; do
     echo "nvme-tcp: $shape: host-only and target-only recorders"
     "$BIN" record --profile nvme-tcp --side host -o "$O/$shape-host.csv" 2> "$O/$shape-host.err" &
     hpid=$!
@@ -58,6 +101,7 @@ for shape in randread-4k randwrite-4k write-128k; do
     cat "$O/$shape-merged.err"
     "$BIN" report "$O/$shape-joint.csv" > "$O/$shape-report.txt" 2>&1 \
         || { cat "$O/$shape-report.txt"; exit 1; }
+    case $shape in qd8-*|digest-*|hot-*) continue ;; esac
 
     echo "nvme-tcp: $shape: stat"
     # shellcheck disable=SC2046

@@ -9,7 +9,7 @@
 set -u
 T=/sys/kernel/tracing
 O=$NTPROF_OUT/smoke
-DEV=${NTPROF_DEV:-/dev/nvme0n1}
+DEV=${NTPROF_DEV:?no NVMe/TCP disk in the environment (tests/vm/run.sh sets it)}
 NIOS=${1:-200}
 mkdir -p "$O"
 fail=0

@@ -51,7 +51,7 @@ for c in /sys/class/nvme/nvme*; do
 done
 [ -n "$DISK" ] || { echo "no NVMe/TCP disk"; exit 1; }
 echo "$DISK" > "$O/disk"
-HOT="--filename=$DISK --ioengine=libaio --iodepth=32 --numjobs=2 --rw=randread --bs=4k --size=64k --number_ios=$NIOS"
+HOT="--filename=$DISK --ioengine=libaio --iodepth=32 --numjobs=2 --rw=randread --bs=4k --size=64k --norandommap --io_size=$((NIOS * 4))k"
 # shellcheck disable=SC2086
 run hot-nvme --profile nvme -- $HOT
 if grep -q '^nvme-tcp  *supported' "$O/list.txt"; then
