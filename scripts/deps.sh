@@ -3,6 +3,12 @@
 # Idempotent: installs only what is missing. Rust itself is expected (rustup / Debian).
 set -euo pipefail
 pkgs=(fio util-linux kmod
+      # tests/spreadsheet.rs: the CSV as LibreOffice Calc imports it
+      libreoffice-calc
+      # tests/parquet.rs: DuckDB (a Python package, installed below) reads the Parquet
+      python3 python3-pip
+      # tests/plot.rs: render the SVGs of `plot` as a viewer would
+      librsvg2-bin
       # the VM rig (tests/vm); kernel_change/check.sh installs the sources it checks
       qemu-system-x86 busybox-static linux-source-6.1 rsync dmsetup
       build-essential flex bison bc libelf-dev libssl-dev cpio xz-utils)
@@ -19,6 +25,12 @@ fi
 if ! command -v cargo >/dev/null; then
     echo "deps: cargo not found; install Rust (https://rustup.rs or apt-get install cargo)" >&2
     exit 1
+fi
+# Debian packages no DuckDB; pip refuses the system Python unless told it may.
+if ! python3 -c 'import duckdb' 2>/dev/null; then
+    echo "deps: installing the duckdb Python package"
+    python3 -m pip install --quiet duckdb 2>/dev/null ||
+        python3 -m pip install --quiet --break-system-packages duckdb
 fi
 # tracefs is where event formats live; some machines boot without it mounted.
 if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ]; then

@@ -19,6 +19,7 @@ pub mod filter;
 pub mod order;
 pub mod perf;
 pub mod pipeline;
+pub mod plot;
 pub mod profile;
 pub mod record;
 pub mod sink;

@@ -747,7 +747,7 @@ fn recorded_rows_input(rng: &mut Rng) -> bool {
             }
         }
     }
-    let _ = table.render();
+    let _ = table.render(&ntprof_perf::sink::stat::Percentiles::default());
     if !merged.is_empty() {
         let n = merged.len();
         let (out, st) = merge::merge(merged, rng.edgy());

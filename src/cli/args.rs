@@ -4,6 +4,7 @@
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use ntprof_perf::profile;
+use ntprof_perf::sink::stat::{Percentiles, StatFormat};
 use std::path::PathBuf;
 
 /// Where does I/O latency go? A user-space latency profiler for NVMe over TCP, NVMe and
@@ -28,7 +29,7 @@ pub struct Cli {
 pub enum Cmd {
     /// Show every profile, whether this kernel supports it, and the events it needs.
     List(ListArgs),
-    /// Trace I/O and write one CSV row per I/O (stdout when no -o).
+    /// Trace I/O and write one row per I/O: CSV (stdout when no -o), or Parquet.
     ///
     /// Rows are written as I/Os complete. With a command after `--`, tracing starts
     /// before the command, stops when it exits, and ntprof-perf exits with the command's
@@ -42,7 +43,7 @@ pub enum Cmd {
     /// incomplete I/Os are on every table's header line.
     #[command(verbatim_doc_comment)]
     Stat(StatArgs),
-    /// Print the summary tables of a CSV written by `record` (offline profiling).
+    /// Print the summary tables of a CSV or Parquet file written by `record`.
     Report(ReportArgs),
     /// Join a recording made on the host (`record --side host`) with one made on the
     /// target (`record --side target`) into the full breakdown, the rows a joint
@@ -54,6 +55,46 @@ pub enum Cmd {
     /// times must agree within --max-skew-ms). Stage values never mix the two clocks.
     #[command(verbatim_doc_comment)]
     Merge(MergeArgs),
+    /// Draw a recording (CSV or Parquet) as an SVG picture.
+    ///
+    ///   breakdown  one bar per group (device, op…) and statistic, stacked by stage:
+    ///              mean and p50 of each stage (--p99 adds p99); totals are black marks
+    ///   heatmap    time × latency (log), colour = I/O count; one panel per group
+    ///   histogram  latency distribution per group (--cdf: cumulative)
+    #[command(verbatim_doc_comment)]
+    Plot(PlotArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// A CSV or Parquet file written by `ntprof-perf record`.
+    pub file: PathBuf,
+    /// The SVG to write.
+    #[arg(short, long, value_name = "FILE.svg")]
+    pub output: PathBuf,
+    #[arg(long, value_enum, default_value = "breakdown")]
+    pub kind: PlotKind,
+    /// The stage of heatmap and histogram (default: the total, the largest stage).
+    #[arg(long, value_name = "STAGE")]
+    pub stage: Option<String>,
+    /// breakdown: also p99 bars.
+    #[arg(long)]
+    pub p99: bool,
+    /// histogram: cumulative distribution.
+    #[arg(long)]
+    pub cdf: bool,
+    /// Picture size in pixels.
+    #[arg(long, default_value_t = 1000)]
+    pub width: u32,
+    #[arg(long, default_value_t = 600)]
+    pub height: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlotKind {
+    Breakdown,
+    Heatmap,
+    Histogram,
 }
 
 #[derive(Debug, Args)]
@@ -89,9 +130,31 @@ pub struct Selection {
 pub struct RecordArgs {
     #[command(flatten)]
     pub sel: Selection,
-    /// Write the CSV here instead of standard output. Created before tracing starts.
+    /// Write the rows here instead of standard output; created before tracing starts.
+    /// A name ending in `.parquet` is written as Parquet. Repeatable: the same rows go
+    /// to every file (`-o io.csv -o io.parquet`).
     #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    pub output: Vec<PathBuf>,
+    /// Format of the -o files whose name does not say (default csv). Parquet needs a
+    /// file: it is written with positional writes, its footer kept valid at every flush.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<Format>,
+    /// Write only I/Os whose total latency is at least this (units ns, us, ms, s:
+    /// `500us`, `2ms`). The total is the largest stage value of the I/O (the stage that
+    /// spans it: q2c, total, host_total…). The exit line still counts every I/O seen.
+    #[arg(long, value_name = "LATENCY", value_parser = min_latency)]
+    pub min_latency: Option<u64>,
+}
+
+/// `record`'s row formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Csv,
+    Parquet,
+}
+
+fn min_latency(s: &str) -> Result<u64, String> {
+    ntprof_perf::sink::recorder::parse_latency(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -101,6 +164,35 @@ pub struct StatArgs {
     /// Seconds between interval tables (fractions allowed); 0 prints only the summary.
     #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS")]
     pub interval: f64,
+    #[command(flatten)]
+    pub show: Show,
+}
+
+/// How latency tables are shown (stat and report).
+#[derive(Debug, Args)]
+pub struct Show {
+    /// JSON lines instead of tables: one object per interval and one summary, with the
+    /// groups' labels, each stage's count, mean, percentiles and max (ns), and the lost,
+    /// unmatched and incomplete counters.
+    #[arg(long)]
+    pub json: bool,
+    /// Percentiles to show, comma-separated (each above 0, at most 100).
+    #[arg(long, value_name = "LIST", default_value = "50,90,99,99.9", value_parser = percentiles)]
+    pub percentiles: Percentiles,
+}
+
+impl Show {
+    pub fn format(&self) -> StatFormat {
+        StatFormat {
+            json: self.json,
+            percentiles: self.percentiles.clone(),
+            intervals: false,
+        }
+    }
+}
+
+fn percentiles(s: &str) -> Result<Percentiles, String> {
+    Percentiles::parse(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -119,8 +211,10 @@ pub struct MergeArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A CSV written by `ntprof-perf record`.
+    /// A CSV or Parquet file written by `ntprof-perf record`.
     pub file: PathBuf,
+    #[command(flatten)]
+    pub show: Show,
 }
 
 /// Every profile's own flags, once per id (profiles sharing a flag define it alike).

@@ -4,7 +4,7 @@
 //! host into a [`Plan`]; everything here only opens what the plan lists and drives
 //! its pipeline into a sink.
 
-use super::args::{profile_args, RecordArgs, Selection, StatArgs};
+use super::args::{profile_args, Format, RecordArgs, Selection, StatArgs};
 use super::seconds;
 use anyhow::{bail, Context, Result};
 use clap::parser::ValueSource;
@@ -13,11 +13,13 @@ use ntprof_perf::perf::{online_cpus, EventSpec, GroupConfig, PerfGroup};
 use ntprof_perf::pipeline::{run_live, LiveOptions, RunError, StopReason};
 use ntprof_perf::profile::{self, Plan, PlanCtx, Profile};
 use ntprof_perf::sink::csv::CsvSink;
+use ntprof_perf::sink::parquet::{FileInfo, ParquetSink};
+use ntprof_perf::sink::recorder::{Recorder, RowWriter, StatusLine, Tee};
 use ntprof_perf::sink::stat::StatSink;
 use ntprof_perf::sink::time::WallClock;
 use ntprof_perf::sink::Health;
 use ntprof_perf::tracefs::Tracefs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -115,14 +117,48 @@ fn check_command(cmd: &str) -> Result<()> {
 
 /// Where records go.
 enum Output {
-    Csv(CsvSink),
+    Rows(Recorder),
     Stat(Box<StatSink>, Option<Duration>),
 }
 
 pub fn record(a: RecordArgs, flags: &clap::ArgMatches) -> Result<i32> {
     let r = plan(&a.sel, flags)?;
-    let sink = CsvSink::create(a.output.as_deref(), r.profile.schema(), WallClock::now())?;
-    run(r, Output::Csv(sink), a.output)
+    let clock = WallClock::now();
+    let schema = r.profile.schema();
+    let mut writers: Vec<Box<dyn RowWriter>> = Vec::new();
+    for path in &a.output {
+        let format = match path.extension() {
+            Some(e) if e.eq_ignore_ascii_case("parquet") => Format::Parquet,
+            Some(e) if e.eq_ignore_ascii_case("csv") => Format::Csv,
+            _ => a.format.unwrap_or(Format::Csv),
+        };
+        writers.push(match format {
+            Format::Csv => Box::new(CsvSink::create(Some(path), schema, clock)?),
+            Format::Parquet => {
+                let info = FileInfo::this_host(r.profile.name(), r.plan.sample, clock);
+                Box::new(ParquetSink::create(path, schema, clock, &info)?)
+            }
+        });
+    }
+    if writers.is_empty() {
+        if a.format == Some(Format::Parquet) {
+            bail!("--format parquet needs -o FILE (Parquet is not written to a pipe)");
+        }
+        writers.push(Box::new(CsvSink::create(None, schema, clock)?));
+    }
+    let to = if a.output.is_empty() {
+        "standard output".to_string()
+    } else {
+        let names: Vec<String> = a.output.iter().map(|p| p.display().to_string()).collect();
+        names.join(", ")
+    };
+    let writer: Box<dyn RowWriter> = if writers.len() == 1 {
+        writers.remove(0)
+    } else {
+        Box::new(Tee(writers))
+    };
+    let rec = Recorder::new(writer, a.min_latency, StatusLine::on_stderr());
+    run(r, Output::Rows(rec), to)
 }
 
 pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
@@ -132,12 +168,15 @@ pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
         Some(seconds("interval", a.interval)?)
     };
     let r = plan(&a.sel, flags)?;
-    let sink = StatSink::new(r.profile.schema(), Box::new(std::io::stdout()));
-    run(r, Output::Stat(Box::new(sink), interval), None)
+    let mut format = a.show.format();
+    format.intervals = interval.is_some();
+    let sink = StatSink::new(r.profile.schema(), Box::new(std::io::stdout()), format);
+    run(r, Output::Stat(Box::new(sink), interval), String::new())
 }
 
 /// Open the plan's events, run until a stop condition, report.
-fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> {
+/// `to` names where rows go, for the exit line.
+fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     let specs: Vec<EventSpec> = r
         .plan
         .events
@@ -187,13 +226,13 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
         tick: match &out {
             Output::Stat(_, i) => *i,
             // Rows reach the file at least every second.
-            Output::Csv(_) => Some(Duration::from_secs(1)),
+            Output::Rows(_) => Some(Duration::from_secs(1)),
         },
         deadline: r.duration.map(|d| started + d),
     };
     let t0 = Instant::now();
     let result = match &mut out {
-        Output::Csv(sink) => run_live(&mut group, pipe, &opts, &mut should_stop, sink),
+        Output::Rows(sink) => run_live(&mut group, pipe, &opts, &mut should_stop, sink),
         Output::Stat(sink, _) => run_live(&mut group, pipe, &opts, &mut should_stop, sink.as_mut()),
     };
     // Whatever happened, the command must not outlive the run.
@@ -202,8 +241,12 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
         Ok(v) => v,
         Err(e) if broken_pipe(&e) => {
             // The reader went away (`record | head`): a normal end, not an error.
-            let rows = match &out {
-                Output::Csv(s) => s.rows(),
+            let rows = match &mut out {
+                Output::Rows(s) => {
+                    // Erases the status line; the flush error (the pipe) is known.
+                    let _ = s.finish();
+                    s.written()
+                }
                 Output::Stat(..) => 0,
             };
             eprintln!("ntprof-perf: output closed by its reader after {rows} rows; stopped");
@@ -217,11 +260,14 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
     };
     finish_output(&mut out, &health, t0, r.profile)?;
     let rows = match &out {
-        Output::Csv(s) => format!(
-            "{} I/Os written to {}",
-            s.rows(),
-            csv_path.map_or("standard output".to_string(), |p| p.display().to_string())
-        ),
+        Output::Rows(s) => match s.min_ns() {
+            None => format!("{} I/Os written to {to}", s.written()),
+            Some(min) => format!(
+                "{} I/Os seen, {} written to {to} (total latency >= {min} ns)",
+                s.seen(),
+                s.written()
+            ),
+        },
         Output::Stat(..) => "stat done".to_string(),
     };
     eprintln!("ntprof-perf: {rows}; {}", health.line());
@@ -231,8 +277,9 @@ fn run(mut r: Ready, mut out: Output, csv_path: Option<PathBuf>) -> Result<i32> 
             health.lost_total(),
             r.mmap_pages
         );
-        if let Output::Csv(s) = &out {
-            let whole = whole_ios_lost(&health, s.rows());
+        if let Output::Rows(s) = &out {
+            // Every I/O seen, written or left out by --min-latency.
+            let whole = whole_ios_lost(&health, s.seen());
             eprintln!(
                 "ntprof-perf: the loss cost {} I/Os seen in part (their rows are `incomplete`, or their completion was unmatched) and ≈{whole} I/Os whose every event was lost",
                 health.lost_ios
@@ -295,7 +342,7 @@ fn finish_child(child: Option<&mut Child>) -> Option<Option<i32>> {
 
 fn finish_output(out: &mut Output, health: &Health, t0: Instant, p: &dyn Profile) -> Result<()> {
     match out {
-        Output::Csv(s) => s.finish()?,
+        Output::Rows(s) => s.finish()?,
         Output::Stat(s, _) => {
             let header = format!(
                 "summary: profile {}, {:.1}s",

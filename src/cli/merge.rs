@@ -4,7 +4,8 @@
 use super::args::MergeArgs;
 use anyhow::{bail, Context, Result};
 use ntprof_perf::profile::{self, Profile, Recording};
-use ntprof_perf::sink::csv::{open_reader, CsvSink};
+use ntprof_perf::sink::csv::CsvSink;
+use ntprof_perf::sink::input::Input;
 use ntprof_perf::sink::time::WallClock;
 use std::path::Path;
 
@@ -37,12 +38,8 @@ fn read(
     same: Option<&'static dyn Profile>,
 ) -> Result<(&'static dyn Profile, Recording)> {
     let name = path.display().to_string();
-    let mut rd = open_reader(path)?;
-    let header = rd
-        .headers()
-        .with_context(|| format!("{name}: cannot read the header row"))?
-        .clone();
-    let cols: Vec<&str> = header.iter().collect();
+    let mut input = Input::open(path)?;
+    let cols: Vec<&str> = input.header().iter().map(String::as_str).collect();
     let p = profile::by_columns(&cols)
         .filter(|p| p.merge(&[], 0).is_some())
         .with_context(|| {
@@ -66,10 +63,9 @@ fn read(
         }
     }
     let mut rows = Vec::new();
-    for rec in rd.records() {
-        let rec = rec.with_context(|| format!("{name}: malformed CSV"))?;
-        let line = rec.position().map_or(0, |p| p.line());
-        rows.push((line, rec.iter().map(str::to_string).collect()));
+    let mut cells = Vec::new();
+    while let Some(at) = input.next_row(&mut cells)? {
+        rows.push((at, std::mem::take(&mut cells)));
     }
     Ok((p, Recording { name, rows }))
 }

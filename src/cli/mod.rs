@@ -3,6 +3,7 @@
 pub mod args;
 mod live;
 mod merge;
+mod plot;
 mod report;
 
 use anyhow::{bail, Context, Result};
@@ -43,6 +44,7 @@ pub fn run(cli: Cli, sub: &clap::ArgMatches) -> Result<i32> {
         Cmd::Stat(a) => live::stat(a, sub),
         Cmd::Report(a) => report::report(&a),
         Cmd::Merge(a) => merge::merge(&a),
+        Cmd::Plot(a) => plot::plot(&a),
     }
 }
 

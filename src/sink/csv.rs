@@ -156,13 +156,17 @@ pub fn open_reader(path: &Path) -> Result<csv::Reader<File>, SinkError> {
     Ok(csv::ReaderBuilder::new().has_headers(true).from_reader(f))
 }
 
-impl crate::pipeline::RecordSink for CsvSink {
-    fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
+impl super::recorder::RowWriter for CsvSink {
+    fn write(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
         CsvSink::record(self, r)
     }
 
-    fn tick(&mut self, _health: &super::Health) -> Result<(), SinkError> {
-        self.flush()
+    fn flush(&mut self) -> Result<(), SinkError> {
+        CsvSink::flush(self)
+    }
+
+    fn finish(&mut self) -> Result<(), SinkError> {
+        CsvSink::finish(self)
     }
 }
 

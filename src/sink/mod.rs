@@ -4,8 +4,14 @@
 //! returns the flush error so nothing already recorded is lost silently.
 
 pub mod csv;
+pub mod input;
+pub mod parquet;
+pub mod recorder;
 pub mod stat;
 pub mod time;
+
+#[cfg(test)]
+pub(crate) mod testrec;
 
 use crate::record::Counters;
 
@@ -30,6 +36,11 @@ pub enum SinkError {
     Csv {
         path: std::path::PathBuf,
         source: ::csv::Error,
+    },
+    #[error("{what}: {source}")]
+    Parquet {
+        what: String,
+        source: ::parquet::errors::ParquetError,
     },
     #[error("{path}: {reason}")]
     BadReport {

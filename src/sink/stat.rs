@@ -2,15 +2,67 @@
 //!
 //! hdrhistogram (3 significant digits) rather than sorting: memory per histogram is fixed
 //! whatever the I/O count, and percentiles are read in constant time.
+//!
+//! Two renderings of the same tables: text for people (µs) and JSON lines for machines
+//! (ns, one object per interval and one for the summary, as `biolatpcts -j` feeds
+//! dashboards). Both show the percentiles of one [`Percentiles`] list.
 
 use super::{Health, SinkError};
 use crate::record::{IoRecord, Row, RowError, Schema, Status};
 use hdrhistogram::Histogram;
+use serde_json::{json, Map, Value as Json};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// Latencies above this (100 s) are clamped into the top bucket.
 const MAX_NS: u64 = 100_000_000_000;
+
+/// Which percentiles the tables and JSON show, in the order given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Percentiles(Vec<f64>);
+
+/// A `--percentiles` list that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PercentileError {
+    #[error("`{0}`: a percentile is a number above 0 and at most 100")]
+    Bad(String),
+    #[error("no percentile given")]
+    Empty,
+}
+
+impl Percentiles {
+    /// `50,90,99,99.9`: each above 0 and at most 100.
+    pub fn parse(s: &str) -> Result<Percentiles, PercentileError> {
+        let mut v = Vec::new();
+        for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match p.parse::<f64>() {
+                Ok(q) if q > 0.0 && q <= 100.0 => v.push(q),
+                _ => return Err(PercentileError::Bad(p.to_string())),
+            }
+        }
+        if v.is_empty() {
+            return Err(PercentileError::Empty);
+        }
+        Ok(Percentiles(v))
+    }
+
+    pub fn values(&self) -> &[f64] {
+        &self.0
+    }
+
+    /// `50`, `99.9`: how a percentile is named in headers and JSON keys (the shortest
+    /// text that reads back as the same number).
+    pub fn name(p: f64) -> String {
+        p.to_string()
+    }
+}
+
+impl Default for Percentiles {
+    /// p50, p90, p99, p99.9.
+    fn default() -> Self {
+        Percentiles(vec![50.0, 90.0, 99.0, 99.9])
+    }
+}
 
 struct Group {
     labels: Vec<String>,
@@ -159,22 +211,30 @@ impl StatTable {
             .sum()
     }
 
-    /// The table: one row per group and stage, latencies in microseconds.
-    pub fn render(&self) -> String {
+    /// Groups in label order: the same order in every rendering.
+    fn sorted(&self) -> Vec<&Group> {
         let mut order: Vec<&Group> = self.groups.iter().collect();
         order.sort_by(|a, b| a.labels.cmp(&b.labels));
+        order
+    }
+
+    /// The table: one row per group and stage, latencies in microseconds.
+    pub fn render(&self, pcts: &Percentiles) -> String {
+        let order = self.sorted();
         let mut heads: Vec<String> = self
             .schema
             .label_names()
             .map(|c| c.to_uppercase())
             .collect();
+        // Everything up to STAGE is text (left-aligned), the rest numbers.
+        let left = heads.len() + 1;
+        heads.extend(["STAGE", "COUNT", "MEAN_us"].iter().map(|s| s.to_string()));
         heads.extend(
-            [
-                "STAGE", "COUNT", "MEAN_us", "P50_us", "P90_us", "P99_us", "P99.9_us", "MAX_us",
-            ]
-            .iter()
-            .map(|s| s.to_string()),
+            pcts.values()
+                .iter()
+                .map(|&p| format!("P{}_us", Percentiles::name(p))),
         );
+        heads.push("MAX_us".to_string());
         let stage_names: Vec<&str> = self.schema.stage_names().collect();
         let mut rows: Vec<Vec<String>> = Vec::new();
         for g in order {
@@ -194,10 +254,13 @@ impl StatTable {
                 row.push(stage_names[i].to_string());
                 row.push(h.len().to_string());
                 if h.is_empty() {
-                    row.extend(std::iter::repeat_n("-".to_string(), 6));
+                    row.extend(std::iter::repeat_n(
+                        "-".to_string(),
+                        pcts.values().len() + 2,
+                    ));
                 } else {
                     row.push(us(h.mean()));
-                    for q in [50.0, 90.0, 99.0, 99.9] {
+                    for &q in pcts.values() {
                         row.push(us(h.value_at_percentile(q) as f64));
                     }
                     row.push(us(h.max() as f64));
@@ -208,15 +271,116 @@ impl StatTable {
                 rows.push(row);
             }
         }
-        table(&heads, &rows)
+        table(&heads, left, &rows)
     }
+
+    /// The groups as JSON (latencies in ns): `[{"labels": {"device": "loop0", …},
+    /// "ios": 3, "errors": 0, "incomplete": 0, "stages": [{"stage": "d2c", "count": 3,
+    /// "mean_ns": …, "percentiles_ns": {"50": …, …}, "max_ns": …}, …]}, …]`.
+    /// A stage with no value in the period has count 0 and null latencies.
+    pub fn json(&self, pcts: &Percentiles) -> Json {
+        let stage_names: Vec<&str> = self.schema.stage_names().collect();
+        let label_names: Vec<&str> = self.schema.label_names().collect();
+        let groups = self.sorted().into_iter().map(|g| {
+            let labels: Map<String, Json> = label_names
+                .iter()
+                .zip(&g.labels)
+                .map(|(k, v)| (k.to_string(), Json::from(v.as_str())))
+                .collect();
+            let stages = g.stages.iter().zip(&stage_names).map(|(h, name)| {
+                let (mean, max, ps) = if h.is_empty() {
+                    (Json::Null, Json::Null, Json::Null)
+                } else {
+                    let ps: Map<String, Json> = pcts
+                        .values()
+                        .iter()
+                        .map(|&q| (Percentiles::name(q), h.value_at_percentile(q).into()))
+                        .collect();
+                    // 0.1 ns is finer than the histogram's 3 digits already.
+                    let mean = (h.mean() * 10.0).round() / 10.0;
+                    (mean.into(), h.max().into(), ps.into())
+                };
+                json!({"stage": name, "count": h.len(), "mean_ns": mean,
+                       "percentiles_ns": ps, "max_ns": max})
+            });
+            json!({"labels": labels, "ios": g.ios, "errors": g.errors,
+                   "incomplete": g.incomplete, "stages": stages.collect::<Vec<_>>()})
+        });
+        Json::Array(groups.collect())
+    }
+}
+
+/// One JSON line: what the run counted so far (`health`) and the groups of `table`.
+/// Without `health` (a report of a file, which cannot know what the kernel dropped)
+/// the counters are null, never a made-up 0.
+pub fn json_line(
+    kind: &str,
+    elapsed_s: f64,
+    profile: &str,
+    table: &StatTable,
+    health: Option<&Health>,
+    pcts: &Percentiles,
+) -> String {
+    let mut m = Map::new();
+    m.insert("type".into(), kind.into());
+    m.insert(
+        "elapsed_s".into(),
+        ((elapsed_s * 1000.0).round() / 1000.0).into(),
+    );
+    m.insert("profile".into(), profile.into());
+    const KEYS: [&str; 11] = [
+        "samples",
+        "lost",
+        "lost_per_cpu",
+        "unmatched",
+        "incomplete",
+        "in_flight",
+        "partial",
+        "requeued",
+        "ambiguous",
+        "bad_records",
+        "late",
+    ];
+    let counters: Option<[Json; 11]> = health.map(|h| {
+        let c = &h.counters;
+        let lost_per_cpu: Map<String, Json> = h
+            .lost
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(cpu, n)| (cpu.to_string(), Json::from(*n)))
+            .collect();
+        [
+            h.samples.into(),
+            h.lost_total().into(),
+            lost_per_cpu.into(),
+            c.unmatched.into(),
+            c.incomplete.into(),
+            c.in_flight.into(),
+            c.partial.into(),
+            c.requeued.into(),
+            c.ambiguous.into(),
+            h.bad_records.into(),
+            h.late.into(),
+        ]
+    });
+    for (i, key) in KEYS.into_iter().enumerate() {
+        let c = counters.as_ref().map_or(Json::Null, |c| c[i].clone());
+        m.insert(key.into(), c);
+    }
+    m.insert("groups".into(), table.json(pcts));
+    let v = Json::Object(m);
+    let mut s = v.to_string();
+    s.push('\n');
+    s
 }
 
 fn us(ns: f64) -> String {
     format!("{:.1}", ns / 1000.0)
 }
 
-fn table(heads: &[String], rows: &[Vec<String>]) -> String {
+/// Columns before `left` are left-aligned, the others right-aligned; cells past the
+/// headers (the group's note) follow as they are.
+fn table(heads: &[String], left: usize, rows: &[Vec<String>]) -> String {
     let cols = heads.len();
     let mut w: Vec<usize> = heads.iter().map(|h| h.len()).collect();
     for r in rows {
@@ -229,7 +393,7 @@ fn table(heads: &[String], rows: &[Vec<String>]) -> String {
         for (i, c) in cells.iter().enumerate() {
             if i >= cols {
                 let _ = write!(s, "  {c}");
-            } else if i < heads.len() - 7 {
+            } else if i < left {
                 let _ = write!(s, "{c:<width$}  ", width = w[i]);
             } else {
                 let _ = write!(s, "{c:>width$}  ", width = w[i]);
@@ -247,21 +411,38 @@ fn table(heads: &[String], rows: &[Vec<String>]) -> String {
     s
 }
 
+/// How `stat` prints.
+#[derive(Debug, Clone, Default)]
+pub struct StatFormat {
+    /// JSON lines instead of text tables.
+    pub json: bool,
+    pub percentiles: Percentiles,
+    /// Interval tables are printed (`tick` is called): the end of the run then prints
+    /// the last, partial interval before the summary, so every I/O is in one interval.
+    pub intervals: bool,
+}
+
 /// The stat sink: an interval table and a whole-run table.
 pub struct StatSink {
     interval: StatTable,
     total: StatTable,
     out: Box<dyn std::io::Write>,
     started: std::time::Instant,
+    format: StatFormat,
 }
 
 impl StatSink {
-    pub fn new(schema: &'static Schema, out: Box<dyn std::io::Write>) -> StatSink {
+    pub fn new(
+        schema: &'static Schema,
+        out: Box<dyn std::io::Write>,
+        format: StatFormat,
+    ) -> StatSink {
         StatSink {
             interval: StatTable::new(schema),
             total: StatTable::new(schema),
             out,
             started: std::time::Instant::now(),
+            format,
         }
     }
 
@@ -272,23 +453,44 @@ impl StatSink {
 
     /// Print and reset the interval table.
     pub fn tick(&mut self, health: &Health) -> Result<(), SinkError> {
-        let mut s = format!(
-            "--- {:.1}s  {}\n",
-            self.started.elapsed().as_secs_f64(),
-            health.line()
-        );
-        if self.interval.is_empty() {
-            s.push_str("(no I/O completed in this interval)\n");
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let pcts = &self.format.percentiles;
+        let s = if self.format.json {
+            let profile = self.interval.schema.profile;
+            json_line(
+                "interval",
+                elapsed,
+                profile,
+                &self.interval,
+                Some(health),
+                pcts,
+            )
         } else {
-            s.push_str(&self.interval.render());
-        }
-        s.push('\n');
+            let mut s = format!("--- {elapsed:.1}s  {}\n", health.line());
+            if self.interval.is_empty() {
+                s.push_str("(no I/O completed in this interval)\n");
+            } else {
+                s.push_str(&self.interval.render(pcts));
+            }
+            s.push('\n');
+            s
+        };
         self.interval.clear();
         self.write(&s)
     }
 
     pub fn finish(&mut self, header: &str, health: &Health) -> Result<(), SinkError> {
-        let s = summary(&self.total, header, health);
+        if self.format.intervals && !self.interval.is_empty() {
+            self.tick(health)?;
+        }
+        let pcts = &self.format.percentiles;
+        let s = if self.format.json {
+            let elapsed = self.started.elapsed().as_secs_f64();
+            let profile = self.total.schema.profile;
+            json_line("summary", elapsed, profile, &self.total, Some(health), pcts)
+        } else {
+            summary(&self.total, header, health, pcts)
+        };
         self.write(&s)
     }
 
@@ -307,12 +509,12 @@ impl StatSink {
 }
 
 /// The final summary block shared by `stat` and `report`.
-pub fn summary(table: &StatTable, header: &str, health: &Health) -> String {
+pub fn summary(table: &StatTable, header: &str, health: &Health, pcts: &Percentiles) -> String {
     let mut s = format!("=== {header}  {}\n", health.line());
     if table.is_empty() {
         s.push_str("(no I/O recorded)\n");
     } else {
-        s.push_str(&table.render());
+        s.push_str(&table.render(pcts));
     }
     s
 }
@@ -325,5 +527,108 @@ impl crate::pipeline::RecordSink for StatSink {
 
     fn tick(&mut self, health: &Health) -> Result<(), SinkError> {
         StatSink::tick(self, health)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Tabled;
+    use crate::sink::testrec::T;
+
+    fn table() -> StatTable {
+        let mut t = StatTable::new(T::table());
+        for i in 1..=100u64 {
+            t.add(&T::new(i, "write", Some(i * 1000), Some(-1)));
+        }
+        t.add(&T::new(0, "read\"x", Some(5000), None));
+        t
+    }
+
+    #[test]
+    fn percentiles_parse_and_refuse() {
+        let p = Percentiles::parse("50, 99.99,100").unwrap();
+        assert_eq!(p.values(), [50.0, 99.99, 100.0]);
+        assert_eq!(Percentiles::name(99.9), "99.9");
+        assert_eq!(Percentiles::name(50.0), "50");
+        for bad in ["0", "101", "x", "-5", "NaN", "50,,inf"] {
+            assert!(Percentiles::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Percentiles::parse(" , "), Err(PercentileError::Empty));
+    }
+
+    #[test]
+    fn the_table_shows_the_chosen_percentiles() {
+        let p = Percentiles::parse("50,99.99").unwrap();
+        let text = table().render(&p);
+        let head = text.lines().next().unwrap();
+        assert_eq!(
+            head.split_whitespace().collect::<Vec<_>>(),
+            [
+                "DEVICE",
+                "OP",
+                "STAGE",
+                "COUNT",
+                "MEAN_us",
+                "P50_us",
+                "P99.99_us",
+                "MAX_us"
+            ]
+        );
+        // write: a = 1..100 µs; p50 = 50 µs, max = 100 µs; b is always negative.
+        let a = text.lines().find(|l| l.contains("write")).unwrap();
+        let cols: Vec<&str> = a.split_whitespace().collect();
+        assert_eq!(
+            &cols[..8],
+            ["loop9", "write", "a", "100", "50.5", "50.0", "100.0", "100.0"]
+        );
+        let b = text.lines().nth(2).unwrap();
+        assert_eq!(
+            b.split_whitespace().collect::<Vec<_>>(),
+            ["b", "0", "-", "-", "-", "-"]
+        );
+    }
+
+    #[test]
+    fn json_lines_carry_groups_stages_and_counters() {
+        let p = Percentiles::default();
+        let mut h = Health {
+            samples: 7,
+            lost: vec![(0, 0), (1, 3)],
+            ..Health::default()
+        };
+        h.counters.unmatched = 2;
+        let line = json_line("summary", 1.23456, "sinktest", &table(), Some(&h), &p);
+        assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
+        let v: Json = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["type"], "summary");
+        assert_eq!(v["elapsed_s"], 1.235);
+        assert_eq!(
+            (v["lost"].clone(), v["lost_per_cpu"]["1"].clone()),
+            (3.into(), 3.into())
+        );
+        assert_eq!(v["unmatched"], 2);
+        assert_eq!(v["incomplete"], 0);
+        let groups = v["groups"].as_array().unwrap();
+        assert_eq!(groups.len(), 2);
+        // Sorted by labels; the quote in a label is escaped and read back.
+        assert_eq!(groups[0]["labels"]["op"], "read\"x");
+        let w = &groups[1];
+        assert_eq!(w["labels"]["device"], "loop9");
+        assert_eq!(w["ios"], 100);
+        let a = &w["stages"][0];
+        assert_eq!(
+            (a["stage"].as_str(), a["count"].as_u64()),
+            (Some("a"), Some(100))
+        );
+        assert_eq!(a["percentiles_ns"]["50"], 50_015);
+        assert_eq!(a["percentiles_ns"]["99.9"], 100_031);
+        assert_eq!(a["max_ns"], 100_031);
+        let b = &w["stages"][1];
+        assert_eq!(b["count"], 0);
+        let file = json_line("summary", 0.0, "sinktest", &table(), None, &p);
+        let v: Json = serde_json::from_str(&file).unwrap();
+        assert!(v["lost"].is_null() && v["unmatched"].is_null(), "{v}");
+        assert!(b["mean_ns"].is_null() && b["percentiles_ns"].is_null());
     }
 }

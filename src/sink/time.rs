@@ -1,4 +1,11 @@
 //! Wall-clock rendering of recording-clock timestamps, for spreadsheet-friendly columns.
+//!
+//! The form is ISO 8601 with a `T` and no zone, `2026-11-23T01:48:11.164035423` (UTC):
+//! LibreOffice Calc's CSV import makes a date-time cell of it only with the `T` (the
+//! space form, which earlier versions wrote, stays a string there), and DuckDB's
+//! `read_csv_auto` and pandas (`parse_dates`) read it as a timestamp too. A `Z` suffix
+//! would make it a string in Calc again. [`parse_utc`] reads both forms, so older
+//! recordings still load.
 
 /// realtime − monotonic at the start of a run, so monotonic sample times can be shown as
 /// wall-clock times. Read once: the two clocks drift apart only through NTP slewing.
@@ -26,7 +33,17 @@ impl WallClock {
         WallClock { offset_ns }
     }
 
-    /// `2026-11-21 13:59:01.123456789` (UTC): a form spreadsheets read as a date-time.
+    /// realtime − monotonic, ns (what file metadata records).
+    pub fn offset_ns(&self) -> i128 {
+        self.offset_ns
+    }
+
+    /// A recording-clock time as ns since the Unix epoch.
+    pub fn wall_ns(&self, mono_ns: u64) -> i128 {
+        mono_ns as i128 + self.offset_ns
+    }
+
+    /// `2026-11-21T13:59:01.123456789` (UTC): a form spreadsheets read as a date-time.
     pub fn format(&self, mono_ns: u64) -> String {
         format_utc(mono_ns as i128 + self.offset_ns)
     }
@@ -72,7 +89,7 @@ impl WallCache {
     }
 }
 
-/// Format ns since the Unix epoch as UTC `YYYY-MM-DD HH:MM:SS.nnnnnnnnn`.
+/// Format ns since the Unix epoch as UTC `YYYY-MM-DDTHH:MM:SS.nnnnnnnnn`.
 pub fn format_utc(unix_ns: i128) -> String {
     let secs = unix_ns.div_euclid(1_000_000_000);
     let nanos = unix_ns.rem_euclid(1_000_000_000);
@@ -80,7 +97,7 @@ pub fn format_utc(unix_ns: i128) -> String {
     let sod = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days as i64);
     format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{nanos:09}",
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{nanos:09}",
         sod / 3600,
         sod / 60 % 60,
         sod % 60
@@ -101,8 +118,8 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// `YYYY-MM-DD HH:MM:SS.nnnnnnnnn` (UTC, as [`format_utc`] writes; a `T` between
-/// date and time is read too) to ns since the epoch.
+/// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnn` (UTC, as [`format_utc`] writes; the space between
+/// date and time that earlier versions wrote is read too) to ns since the epoch.
 pub fn parse_utc(s: &str) -> Option<i128> {
     let (date, time) = s.split_once([' ', 'T'])?;
     let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
@@ -111,6 +128,17 @@ pub fn parse_utc(s: &str) -> Option<i128> {
     let mut t = hms.splitn(3, ':').map(|x| x.parse::<i64>().ok());
     let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
     let nanos: i64 = format!("{frac:0<9}").get(..9)?.parse().ok()?;
+    // Out-of-range fields are not a time (and would overflow the arithmetic below).
+    let ok = (0..=9999).contains(&y)
+        && (1..=12).contains(&m)
+        && (1..=31).contains(&dd)
+        && (0..24).contains(&hh)
+        && (0..60).contains(&mm)
+        && (0..=60).contains(&ss)
+        && nanos >= 0;
+    if !ok {
+        return None;
+    }
     // Days from civil (H. Hinnant), the inverse of `civil_from_days`.
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -136,22 +164,35 @@ mod tests {
             parse_utc("2026-11-21 14:00:00"),
             Some(1_795_269_600_000_000_000)
         );
+        // The space form of earlier recordings still loads.
+        assert_eq!(
+            parse_utc("2026-11-21 00:00:00.000000001"),
+            Some(1_795_219_200_000_000_001)
+        );
         assert_eq!(parse_utc("nonsense"), None);
+        for bad in [
+            "99999999999999-01-01T00:00:00",
+            "2026-13-01T00:00:00",
+            "2026-01-01T24:00:00",
+            "2026-01-01T00:00:00.-5",
+        ] {
+            assert_eq!(parse_utc(bad), None, "{bad}");
+        }
     }
 
     #[test]
     fn utc_formatting() {
-        assert_eq!(format_utc(0), "1970-01-01 00:00:00.000000000");
+        assert_eq!(format_utc(0), "1970-01-01T00:00:00.000000000");
         // 2000-02-29 12:34:56.5 (a leap day)
         assert_eq!(
             format_utc(951_827_696_500_000_000),
-            "2000-02-29 12:34:56.500000000"
+            "2000-02-29T12:34:56.500000000"
         );
         assert_eq!(
             format_utc(1_795_219_200_000_000_001),
-            "2026-11-21 00:00:00.000000001"
+            "2026-11-21T00:00:00.000000001"
         );
-        assert_eq!(format_utc(-1), "1969-12-31 23:59:59.999999999");
+        assert_eq!(format_utc(-1), "1969-12-31T23:59:59.999999999");
     }
 
     #[test]
@@ -179,7 +220,7 @@ mod tests {
         assert!(s.len() == 29, "{s}");
         assert_eq!(
             WallClock::with_offset(5).format(5),
-            "1970-01-01 00:00:00.000000010"
+            "1970-01-01T00:00:00.000000010"
         );
     }
 }

@@ -221,3 +221,27 @@ pub fn run_vm_with(repo: &Path, rig_args: &[&str], script: &str, out: &Path, arg
         out.display()
     );
 }
+
+/// Whether an external program the test needs is installed (`scripts/deps.sh` installs
+/// it). When it is not and `NTPROF_REQUIRE_KERNEL=1` (CI), this panics, so CI cannot
+/// pass by skipping; otherwise a loud skip.
+pub fn tool_ready(test: &str, tool: &str, probe: &[&str]) -> bool {
+    use std::io::Write as _;
+    let ok = Command::new(tool)
+        .args(probe)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return true;
+    }
+    if std::env::var("NTPROF_REQUIRE_KERNEL").as_deref() == Ok("1") {
+        panic!("{test}: NTPROF_REQUIRE_KERNEL=1 but `{tool}` is not usable; run scripts/deps.sh");
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: `{tool}` is not installed (scripts/deps.sh installs it)"
+    );
+    false
+}

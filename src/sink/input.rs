@@ -1,0 +1,102 @@
+//! Reading a recording back (`report`, `merge`, `plot`): CSV or Parquet, recognised by
+//! content, as rows of text cells in the column order of the file's header, the form
+//! [`crate::record::Row`] parses.
+
+use super::parquet::{is_parquet, ParquetRows};
+use super::SinkError;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+enum Source {
+    Csv(csv::Reader<File>, csv::StringRecord),
+    Parquet(Box<ParquetRows>),
+}
+
+/// An open recording.
+pub struct Input {
+    path: PathBuf,
+    src: Source,
+    header: Vec<String>,
+}
+
+impl Input {
+    /// Open a CSV or Parquet file written by `record` (Parquet by its magic bytes).
+    pub fn open(path: &Path) -> Result<Input, SinkError> {
+        if is_parquet(path) {
+            let rows = ParquetRows::open(path)?;
+            let header = rows.header.clone();
+            return Ok(Input {
+                path: path.to_path_buf(),
+                src: Source::Parquet(Box::new(rows)),
+                header,
+            });
+        }
+        let mut rd = super::csv::open_reader(path)?;
+        let header = rd
+            .headers()
+            .map_err(|source| SinkError::Csv {
+                path: path.to_path_buf(),
+                source,
+            })?
+            .iter()
+            .map(str::to_string)
+            .collect();
+        Ok(Input {
+            path: path.to_path_buf(),
+            src: Source::Csv(rd, csv::StringRecord::new()),
+            header,
+        })
+    }
+
+    pub fn header(&self) -> &[String] {
+        &self.header
+    }
+
+    /// `Parquet` or `CSV`, for messages.
+    pub fn format(&self) -> &'static str {
+        match self.src {
+            Source::Csv(..) => "CSV",
+            Source::Parquet(_) => "Parquet",
+        }
+    }
+
+    /// Recording metadata (`ntprof.host`, …): Parquet files have it, CSVs do not.
+    pub fn meta(&self) -> &[(String, String)] {
+        match &self.src {
+            Source::Csv(..) => &[],
+            Source::Parquet(p) => &p.meta,
+        }
+    }
+
+    /// The next row's cells into `cells` (reused between rows); where it is (the CSV
+    /// line, or the Parquet row number), or `None` at the end.
+    pub fn next_row(&mut self, cells: &mut Vec<String>) -> Result<Option<u64>, SinkError> {
+        match &mut self.src {
+            Source::Parquet(p) => p.next_row(cells),
+            Source::Csv(rd, rec) => {
+                let more = rd.read_record(rec).map_err(|source| SinkError::Csv {
+                    path: self.path.clone(),
+                    source,
+                })?;
+                if !more {
+                    return Ok(None);
+                }
+                cells.resize(rec.len(), String::new());
+                for (c, v) in cells.iter_mut().zip(rec.iter()) {
+                    c.clear();
+                    c.push_str(v);
+                }
+                cells.truncate(rec.len());
+                Ok(Some(rec.position().map_or(0, |p| p.line())))
+            }
+        }
+    }
+
+    /// "line" or "row", for messages about a position.
+    pub fn unit(&self) -> &'static str {
+        match self.src {
+            Source::Csv(..) => "line",
+            Source::Parquet(_) => "row",
+        }
+    }
+}

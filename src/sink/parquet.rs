@@ -1,0 +1,531 @@
+//! Parquet sink and reader: typed columns from the record's column table, for DuckDB,
+//! pandas and Spark across a fleet.
+//!
+//! Types follow [`Kind`]: `U64` → UInt64, `I64` → Int64, `Text` → dictionary-encoded
+//! Utf8, `Timestamp` → Timestamp(ns, "UTC"); an empty cell is a null. File metadata
+//! says where and how the rows were recorded ([`FileInfo`]).
+//!
+//! A Parquet file is readable only through its footer, which a writer normally writes
+//! once, at close: a run killed with SIGKILL would leave nothing readable. So row groups
+//! are closed at every [`RowWriter::flush`] that finds 2 s passed (the live loop calls it
+//! every second), and each is written together with a footer covering every row group
+//! so far, in one positional write at the end of the data ([`Staged`]). The next row
+//! group overwrites that footer with its data and a new footer. A crash therefore loses
+//! at most the rows since the last row group. The footers in between are plain
+//! metadata (no page index); the one written at close is the writer's own.
+
+use super::recorder::RowWriter;
+use super::time::{format_utc, WallClock};
+use super::SinkError;
+use crate::record::{IoRecord, Kind, Schema, Value};
+use arrow_array::builder::{
+    Int64Builder, StringDictionaryBuilder, TimestampNanosecondBuilder, UInt64Builder,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, TimestampNanosecondType, UInt64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, SchemaRef, TimeUnit};
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_writer::ArrowWriterOptions;
+use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter, ArrowWriter};
+use parquet::basic::{ColumnOrder, Compression};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::{
+    FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter, RowGroupMetaData,
+};
+use parquet::file::properties::WriterProperties;
+use parquet::schema::types::SchemaDescPtr;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Rows per Arrow batch handed to the Parquet writer.
+const BATCH: usize = 4096;
+/// A row group is closed (and the file made readable up to it) at least this often.
+pub const ROW_GROUP_EVERY: Duration = Duration::from_secs(2);
+/// …or when this many rows wait, whichever comes first.
+const ROW_GROUP_ROWS: usize = 1 << 20;
+
+/// Where and how a recording was made: written as the file's key-value metadata
+/// (keys `ntprof.*`).
+#[derive(Debug, Clone, Default)]
+pub struct FileInfo {
+    pub host: String,
+    pub kernel: String,
+    pub profile: String,
+    /// 1 in N I/Os traced (in-kernel sampling); 1 = every I/O.
+    pub sample: u32,
+    /// realtime − monotonic at the start, ns: `start_ns` + this = `start_time`.
+    pub wall_offset_ns: i128,
+}
+
+impl FileInfo {
+    /// This host (from /proc: no extra dependency) for a run of `profile`.
+    pub fn this_host(profile: &str, sample: u32, clock: WallClock) -> FileInfo {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        FileInfo {
+            host: read("/proc/sys/kernel/hostname"),
+            kernel: read("/proc/sys/kernel/osrelease"),
+            profile: profile.to_string(),
+            sample,
+            wall_offset_ns: clock.offset_ns(),
+        }
+    }
+
+    fn key_values(&self) -> Vec<KeyValue> {
+        [
+            ("ntprof.host", self.host.clone()),
+            ("ntprof.kernel", self.kernel.clone()),
+            ("ntprof.profile", self.profile.clone()),
+            ("ntprof.sample_rate", self.sample.to_string()),
+            ("ntprof.wall_offset_ns", self.wall_offset_ns.to_string()),
+            ("ntprof.version", env!("CARGO_PKG_VERSION").to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| KeyValue::new(k.to_string(), v))
+        .collect()
+    }
+}
+
+/// The Arrow type of a column kind.
+fn data_type(kind: Kind) -> DataType {
+    match kind {
+        Kind::U64 => DataType::UInt64,
+        Kind::I64 => DataType::Int64,
+        Kind::Text => DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+        Kind::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+    }
+}
+
+/// The Arrow schema of a column table: every column nullable (an empty cell is null).
+pub fn arrow_schema(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .columns
+        .iter()
+        .map(|c| Field::new(c.name, data_type(c.kind), true))
+        .collect();
+    Arc::new(arrow_schema::Schema::new(fields))
+}
+
+enum Builder {
+    U64(UInt64Builder),
+    I64(Int64Builder),
+    Text(StringDictionaryBuilder<Int32Type>),
+    Time(TimestampNanosecondBuilder),
+}
+
+impl Builder {
+    fn new(kind: Kind) -> Builder {
+        match kind {
+            Kind::U64 => Builder::U64(UInt64Builder::new()),
+            Kind::I64 => Builder::I64(Int64Builder::new()),
+            Kind::Text => Builder::Text(StringDictionaryBuilder::new()),
+            Kind::Timestamp => {
+                Builder::Time(TimestampNanosecondBuilder::new().with_timezone("UTC"))
+            }
+        }
+    }
+
+    /// Append one cell. A value of another shape than the column's kind is converted
+    /// when it says the same thing (a non-negative I64 in a U64 column), else null:
+    /// the column table decides the types, not the odd value.
+    fn push(&mut self, v: Value<'_>, clock: &WallClock) -> Result<(), ParquetError> {
+        match self {
+            Builder::U64(b) => b.append_option(match v {
+                Value::U64(x) | Value::Hex(x) => Some(x),
+                Value::I64(x) => u64::try_from(x).ok(),
+                _ => None,
+            }),
+            Builder::I64(b) => b.append_option(match v {
+                Value::I64(x) => Some(x),
+                Value::U64(x) => i64::try_from(x).ok(),
+                _ => None,
+            }),
+            Builder::Time(b) => b.append_option(match v {
+                Value::Time(t) | Value::U64(t) => i64::try_from(clock.wall_ns(t)).ok(),
+                _ => None,
+            }),
+            Builder::Text(b) => match v {
+                Value::Empty => b.append_null(),
+                Value::Str(s) => {
+                    b.append(s)?;
+                }
+                other => {
+                    b.append(other.to_text())?;
+                }
+            },
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Builder::U64(b) => Arc::new(b.finish()),
+            Builder::I64(b) => Arc::new(b.finish()),
+            Builder::Text(b) => Arc::new(b.finish()),
+            Builder::Time(b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+/// The file under the Parquet writer. Bytes the writer hands over are held until
+/// [`Staged::commit`], which writes them and a footer with one positional write at the
+/// end of the committed data: the file on disk always ends with a whole footer.
+struct Staged {
+    file: File,
+    /// End of the committed data (where the next commit writes).
+    pos: u64,
+    pending: Vec<u8>,
+}
+
+impl Write for Staged {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Staged {
+    /// Write the pending bytes and then `footer` (not part of the data: the next commit
+    /// overwrites it), and cut the file after them.
+    fn commit(&mut self, footer: &[u8]) -> std::io::Result<()> {
+        let data = self.pending.len() as u64;
+        self.pending.extend_from_slice(footer);
+        self.file.write_all_at(&self.pending, self.pos)?;
+        self.pending.clear();
+        self.pos += data;
+        // The new footer is longer than the one it replaces (more row groups) and data
+        // came before it, so nothing of the old one is left past the end; the cut is
+        // for the final commit, whose footer the writer wrote as data.
+        self.file.set_len(self.pos + footer.len() as u64)
+    }
+}
+
+/// `record -o FILE.parquet`.
+pub struct ParquetSink {
+    writer: ArrowWriter<Staged>,
+    builders: Vec<Builder>,
+    rows_in_batch: usize,
+    rows_in_group: usize,
+    last_group: Instant,
+    clock: WallClock,
+    what: String,
+    arrow: SchemaRef,
+    descr: SchemaDescPtr,
+    props: WriterProperties,
+}
+
+impl ParquetSink {
+    /// Create the file now, so a bad path fails before any tracing starts.
+    pub fn create(
+        path: &Path,
+        schema: &Schema,
+        clock: WallClock,
+        info: &FileInfo,
+    ) -> Result<ParquetSink, SinkError> {
+        let file = File::create(path).map_err(|source| SinkError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let what = path.display().to_string();
+        let perr = |source| SinkError::Parquet {
+            what: what.clone(),
+            source,
+        };
+        let arrow = arrow_schema(schema);
+        let mut props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .set_key_value_metadata(Some(info.key_values()))
+            .build();
+        // Added here rather than by the writer, so the interim footers carry it too
+        // (readers use it to give back the dictionary and timestamp types).
+        add_encoded_arrow_schema_to_metadata(&arrow, &mut props);
+        let descr = Arc::new(ArrowSchemaConverter::new().convert(&arrow).map_err(perr)?);
+        let opts = ArrowWriterOptions::new()
+            .with_properties(props.clone())
+            .with_skip_arrow_metadata(true);
+        let staged = Staged {
+            file,
+            pos: 0,
+            pending: Vec::new(),
+        };
+        let writer =
+            ArrowWriter::try_new_with_options(staged, arrow.clone(), opts).map_err(perr)?;
+        let mut s = ParquetSink {
+            writer,
+            builders: schema
+                .columns
+                .iter()
+                .map(|c| Builder::new(c.kind))
+                .collect(),
+            rows_in_batch: 0,
+            rows_in_group: 0,
+            last_group: Instant::now(),
+            clock,
+            what,
+            arrow,
+            descr,
+            props,
+        };
+        // An empty but readable file from the start (no row group yet).
+        s.commit()?;
+        Ok(s)
+    }
+
+    fn perr(&self, source: ParquetError) -> SinkError {
+        SinkError::Parquet {
+            what: self.what.clone(),
+            source,
+        }
+    }
+
+    fn write_batch(&mut self) -> Result<(), SinkError> {
+        if self.rows_in_batch == 0 {
+            return Ok(());
+        }
+        let cols: Vec<ArrayRef> = self.builders.iter_mut().map(Builder::finish).collect();
+        let batch = RecordBatch::try_new(self.arrow.clone(), cols)
+            .map_err(|e| self.perr(ParquetError::from(e)))?;
+        self.rows_in_batch = 0;
+        self.writer.write(&batch).map_err(|e| self.perr(e))
+    }
+
+    /// A footer for the row groups written so far, as the writer's would be without
+    /// page indexes.
+    fn interim_footer(&self, groups: &[RowGroupMetaData]) -> Result<Vec<u8>, ParquetError> {
+        let orders = self
+            .descr
+            .columns()
+            .iter()
+            .map(|c| {
+                ColumnOrder::TYPE_DEFINED_ORDER(ColumnOrder::sort_order_for_type(
+                    c.logical_type_ref(),
+                    c.converted_type(),
+                    c.physical_type(),
+                ))
+            })
+            .collect();
+        let meta = FileMetaData::new(
+            self.props.writer_version().as_num(),
+            groups.iter().map(|g| g.num_rows()).sum(),
+            Some(self.props.created_by().to_string()),
+            self.props.key_value_metadata().cloned(),
+            self.descr.clone(),
+            Some(orders),
+        );
+        let md = ParquetMetaData::new(meta, groups.to_vec());
+        let mut buf = Vec::new();
+        ParquetMetaDataWriter::new(&mut buf, &md).finish()?;
+        Ok(buf)
+    }
+
+    /// Close the row group in progress and make the file readable up to it.
+    fn commit(&mut self) -> Result<(), SinkError> {
+        self.write_batch()?;
+        self.writer.flush().map_err(|e| self.perr(e))?;
+        self.writer
+            .sync()
+            .map_err(|e| self.perr(ParquetError::External(Box::new(e))))?;
+        let footer = self
+            .interim_footer(self.writer.flushed_row_groups())
+            .map_err(|e| self.perr(e))?;
+        self.writer
+            .inner_mut()
+            .commit(&footer)
+            .map_err(|source| SinkError::Write {
+                what: self.what.clone(),
+                source,
+            })?;
+        self.rows_in_group = 0;
+        self.last_group = Instant::now();
+        Ok(())
+    }
+}
+
+impl RowWriter for ParquetSink {
+    fn write(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
+        for (i, b) in self.builders.iter_mut().enumerate() {
+            if let Err(e) = b.push(r.value(i), &self.clock) {
+                return Err(SinkError::Parquet {
+                    what: self.what.clone(),
+                    source: e,
+                });
+            }
+        }
+        self.rows_in_batch += 1;
+        self.rows_in_group += 1;
+        if self.rows_in_batch >= BATCH {
+            self.write_batch()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), SinkError> {
+        if self.rows_in_group > 0 && self.last_group.elapsed() >= ROW_GROUP_EVERY {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), SinkError> {
+        self.write_batch()?;
+        self.writer.finish().map_err(|e| self.perr(e))?;
+        // The writer's own footer (with page indexes) is now the pending data.
+        self.writer
+            .inner_mut()
+            .commit(&[])
+            .map_err(|source| SinkError::Write {
+                what: self.what.clone(),
+                source,
+            })
+    }
+}
+
+/// Whether a file is Parquet (its magic bytes), whatever its name.
+pub fn is_parquet(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    File::open(path)
+        .and_then(|f| f.read_exact_at(&mut magic, 0))
+        .is_ok()
+        && &magic == b"PAR1"
+}
+
+/// Rows of a Parquet file as text cells, the same text the CSV of the same run holds
+/// (timestamps in the CSV's UTC form), for the readers that share [`crate::record::Row`].
+pub struct ParquetRows {
+    reader: ParquetRecordBatchReader,
+    batch: Option<RecordBatch>,
+    next: usize,
+    row: u64,
+    pub header: Vec<String>,
+    /// The file's key-value metadata (see [`FileInfo`]).
+    pub meta: Vec<(String, String)>,
+    what: String,
+}
+
+impl ParquetRows {
+    pub fn open(path: &Path) -> Result<ParquetRows, SinkError> {
+        let what = path.display().to_string();
+        let perr = |source| SinkError::Parquet {
+            what: what.clone(),
+            source,
+        };
+        let file = File::open(path).map_err(|source| SinkError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let b = ParquetRecordBatchReaderBuilder::try_new(file).map_err(perr)?;
+        let meta = b
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .map(|kv| {
+                kv.iter()
+                    .filter(|k| k.key.starts_with("ntprof."))
+                    .map(|k| (k.key.clone(), k.value.clone().unwrap_or_default()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let header = b
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let reader = b.with_batch_size(BATCH).build().map_err(perr)?;
+        Ok(ParquetRows {
+            reader,
+            batch: None,
+            next: 0,
+            row: 0,
+            header,
+            meta,
+            what,
+        })
+    }
+
+    /// The next row's cells into `cells` (reused); its row number (from 1), or `None`
+    /// at the end.
+    pub fn next_row(&mut self, cells: &mut Vec<String>) -> Result<Option<u64>, SinkError> {
+        while self
+            .batch
+            .as_ref()
+            .is_none_or(|b| self.next >= b.num_rows())
+        {
+            match self.reader.next() {
+                None => return Ok(None),
+                Some(Err(e)) => {
+                    return Err(SinkError::Parquet {
+                        what: self.what.clone(),
+                        source: e.into(),
+                    })
+                }
+                Some(Ok(b)) => {
+                    self.batch = Some(b);
+                    self.next = 0;
+                }
+            }
+        }
+        let Some(batch) = self.batch.as_ref() else {
+            return Ok(None);
+        };
+        cells.resize(batch.num_columns(), String::new());
+        for (col, cell) in batch.columns().iter().zip(cells.iter_mut()) {
+            cell.clear();
+            if let Err(ty) = text(col.as_ref(), self.next, cell) {
+                return Err(SinkError::BadReport {
+                    path: self.what.clone().into(),
+                    reason: format!("a column of type {ty} is not one ntprof-perf writes"),
+                });
+            }
+        }
+        self.next += 1;
+        self.row += 1;
+        Ok(Some(self.row))
+    }
+}
+
+/// Cell `i` of a column as the CSV writes it (null → empty). `Err` names a type this
+/// reader does not know.
+fn text(a: &dyn Array, i: usize, out: &mut String) -> Result<(), DataType> {
+    if a.is_null(i) {
+        return Ok(());
+    }
+    match a.data_type() {
+        DataType::UInt64 => crate::record::push_u64(out, a.as_primitive::<UInt64Type>().value(i)),
+        DataType::Int64 => {
+            let v = a.as_primitive::<Int64Type>().value(i);
+            if v < 0 {
+                out.push('-');
+            }
+            crate::record::push_u64(out, v.unsigned_abs());
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+            let v = a.as_primitive::<TimestampNanosecondType>().value(i);
+            out.push_str(&format_utc(v as i128));
+        }
+        DataType::Utf8 => out.push_str(a.as_string::<i32>().value(i)),
+        DataType::Dictionary(k, v) if **k == DataType::Int32 && **v == DataType::Utf8 => {
+            let d = a.as_dictionary::<Int32Type>();
+            let key = d.keys().value(i);
+            let values = d.values().as_string::<i32>();
+            match usize::try_from(key).ok().filter(|&k| k < values.len()) {
+                Some(k) => out.push_str(values.value(k)),
+                None => return Err(a.data_type().clone()),
+            }
+        }
+        other => return Err(other.clone()),
+    }
+    Ok(())
+}
