@@ -202,3 +202,104 @@ mod tests {
         assert_eq!(describe(8).as_deref(), Some("sampled 1 in 8 I/Os"));
     }
 }
+
+/// The filters the profiles' plans really open, on a captured tracefs tree.
+#[cfg(test)]
+mod plan_tests {
+    use crate::device::SysBlock;
+    use crate::profile::{self, PlanCtx};
+    use crate::tracefs::Tracefs;
+    use std::path::Path;
+
+    /// `(event, filter)` of every event `profile` opens with `flags`.
+    fn filters(profile: &str, flags: &[&str]) -> Result<Vec<(String, String)>, String> {
+        let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("tracefs/6.1.192-ntprof");
+        let tfs = Tracefs::at(&tree).unwrap();
+        let p = profile::find(profile).unwrap();
+        let args = clap::Command::new("t")
+            .args(p.args())
+            .try_get_matches_from(std::iter::once("t").chain(flags.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        let ctx = PlanCtx {
+            profile: p.name(),
+            status: profile::check(p, &tfs),
+            tfs: &tfs,
+            args: &args,
+            sys: SysBlock::default(),
+        };
+        let plan = p.plan(&ctx).map_err(|e| e.to_string())?;
+        assert_eq!(
+            plan.sample,
+            flags
+                .iter()
+                .position(|f| *f == "--sample")
+                .map_or(1, |i| flags[i + 1].parse().unwrap())
+        );
+        Ok(plan
+            .events
+            .iter()
+            .map(|e| {
+                (
+                    e.name.clone(),
+                    e.filter.as_ref().map_or(String::new(), |f| f.render()),
+                )
+            })
+            .collect())
+    }
+
+    #[test]
+    fn block_events_all_test_the_same_sector_bits() {
+        let f = filters("block", &["--sample", "8"]).unwrap();
+        assert!(f.len() >= 3, "{f:?}");
+        for (e, filter) in &f {
+            assert_eq!(
+                filter, "!(sector & 8) && !(sector & 16) && !(sector & 32)",
+                "{e}"
+            );
+        }
+        let f = filters("block", &["--sample", "4", "--sample-align", "65536"]).unwrap();
+        for (e, filter) in &f {
+            assert_eq!(filter, "!(sector & 128) && !(sector & 256)", "{e}");
+        }
+        assert!(filters("block", &[])
+            .unwrap()
+            .iter()
+            .all(|(_, f)| f.is_empty()));
+        let e = filters("block", &["--sample", "6"]).unwrap_err();
+        assert!(
+            e.contains("--sample 6") && e.contains("power of two"),
+            "{e}"
+        );
+        let e = filters("block", &["--sample", "2", "--sample-align", "1000"]).unwrap_err();
+        assert!(e.contains("--sample-align 1000"), "{e}");
+    }
+
+    #[test]
+    fn nvme_and_nvmet_commands_and_completions_test_the_same_cid_bits() {
+        let f = filters("nvme", &["--sample", "32"]).unwrap();
+        // Only the command events: block events carry no cid.
+        assert_eq!(f.len(), 2, "{f:?}");
+        for (e, filter) in &f {
+            assert!(
+                filter.ends_with(
+                    "!(cid & 1) && !(cid & 4096) && !(cid & 8192) && !(cid & 16384) && !(cid & 32768)"
+                ) && filter.starts_with("qid != 0"),
+                "{e}: {filter}"
+            );
+        }
+        let f = filters("nvmet", &["--sample", "2", "--qid", "3"]).unwrap();
+        assert_eq!(f.len(), 2, "{f:?}");
+        for (e, filter) in &f {
+            assert_eq!(filter, "qid == 3 && !(cid & 4096)", "{e}");
+        }
+        let f = filters("nvme-tcp", &["--sample", "256"]).unwrap();
+        let tcp: Vec<_> = f.iter().filter(|(e, _)| e.contains("_tcp:")).collect();
+        assert!(tcp.len() > 10, "{f:?}");
+        for (e, filter) in tcp {
+            assert!(
+                filter.contains("!(cid & 8) && !(cid & 4096)"),
+                "{e}: {filter}"
+            );
+        }
+    }
+}
