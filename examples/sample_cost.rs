@@ -23,6 +23,9 @@ use perf_event_open_sys::bindings::{
 };
 use std::time::Instant;
 
+/// A traced mode: the sample layout and the kernel filter.
+type Traced = (SampleFormat, Option<&'static str>);
+
 fn event_id() -> u64 {
     for root in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
         let p = format!("{root}/events/syscalls/sys_enter_getppid/id");
@@ -55,7 +58,7 @@ fn main() {
     // The loop stays on one CPU, so the ring it writes is that CPU's.
     let cpu = pin_to_last_cpu();
     let fmt = |bits: u32| SampleFormat::new(bits as u64).unwrap();
-    let modes: Vec<(&str, Option<(SampleFormat, Option<&str>)>)> = vec![
+    let modes: Vec<(&str, Option<Traced>)> = vec![
         ("untraced", None),
         (
             "filtered out",
