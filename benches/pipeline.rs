@@ -32,6 +32,35 @@ fn cpu_secs() -> f64 {
 /// Samples drained per ring per round, as a live drain of a busy ring would give.
 const ROUND: usize = 2048;
 
+/// The replay itself, apart so that a profiler can count it alone
+/// (`valgrind --tool=callgrind --toggle-collect='*drive*'`).
+#[inline(never)]
+fn drive(
+    pipe: &mut Pipeline<BlockCorrelator>,
+    streams: &[Vec<(u64, Vec<u8>)>],
+    out: &mut dyn FnMut(BlockRecord),
+) {
+    let mut pos = [0usize; CPUS];
+    // A replay's clock: no sample still to be fed is older than the oldest unread head.
+    while let Some(now) = streams
+        .iter()
+        .zip(&pos)
+        .filter_map(|(s, &p)| s.get(p).map(|(t, _)| *t))
+        .min()
+    {
+        pipe.begin_round(now);
+        for (cpu, s) in streams.iter().enumerate() {
+            let end = (pos[cpu] + ROUND).min(s.len());
+            for (t, raw) in &s[pos[cpu]..end] {
+                pipe.sample(*t, cpu as u32, raw);
+            }
+            pos[cpu] = end;
+        }
+        pipe.end_round(&mut *out);
+    }
+    pipe.finish(&mut *out);
+}
+
 fn captured_tree() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tracefs");
     let mut trees: Vec<PathBuf> = std::fs::read_dir(&root)
@@ -98,27 +127,9 @@ fn main() {
                 .unwrap();
         }
         let mut pipe = Pipeline::new(decoder, BlockCorrelator::new(BlockConfig::default()));
-        let mut pos = [0usize; CPUS];
         let start = Instant::now();
         let cpu0 = cpu_secs();
-        // A replay's clock: no sample still to be fed is older than the oldest unread head.
-        while let Some(now) = streams
-            .iter()
-            .zip(&pos)
-            .filter_map(|(s, &p)| s.get(p).map(|(t, _)| *t))
-            .min()
-        {
-            pipe.begin_round(now);
-            for (cpu, s) in streams.iter().enumerate() {
-                let end = (pos[cpu] + ROUND).min(s.len());
-                for (t, raw) in &s[pos[cpu]..end] {
-                    pipe.sample(*t, cpu as u32, raw);
-                }
-                pos[cpu] = end;
-            }
-            pipe.end_round(&mut *out);
-        }
-        pipe.finish(&mut *out);
+        drive(&mut pipe, &streams, out);
         let cpu = cpu_secs() - cpu0;
         let wall = start.elapsed().as_secs_f64();
         let h = pipe.health();
