@@ -2,20 +2,64 @@
 //! on one core and prints events per second. The samples are laid out by the real format
 //! files captured in `tracefs/`, so they are byte-for-byte what that kernel writes.
 //!
-//! `cargo bench --bench pipeline [-- IOS]` (default 2,000,000 I/Os = 6,000,000 events).
+//! `cargo bench --bench pipeline [-- IOS] [csv]` (default 2,000,000 I/Os = 6,000,000
+//! events). With `csv`, the record path too: the same replay with every record rendered
+//! as a CSV row into a writer that discards (`record`'s sink, minus the file), and the
+//! rendering alone over records collected beforehand, in ns per row.
 
 use ntprof_perf::decode::Decoder;
 use ntprof_perf::pipeline::Pipeline;
 use ntprof_perf::profile::block::correlate::{BlockConfig, BlockCorrelator};
 use ntprof_perf::profile::block::events::BlockLayout;
+use ntprof_perf::profile::block::record::BlockRecord;
+use ntprof_perf::record::Tabled;
+use ntprof_perf::sink::csv::CsvSink;
+use ntprof_perf::sink::time::WallClock;
 use ntprof_perf::synth::RecordBuilder;
 use ntprof_perf::tracefs::Tracefs;
 use std::path::PathBuf;
 use std::time::Instant;
 
 const CPUS: usize = 4;
+
+/// This thread's CPU time in s: on a loaded machine the wall clock counts the time
+/// other tasks ran too, this does not (cache pollution by them still shows).
+fn cpu_secs() -> f64 {
+    use nix::time::{clock_gettime, ClockId};
+    let t = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).expect("thread CPU clock");
+    t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9
+}
 /// Samples drained per ring per round, as a live drain of a busy ring would give.
 const ROUND: usize = 2048;
+
+/// The replay itself, apart so that a profiler can count it alone
+/// (`valgrind --tool=callgrind --toggle-collect='*drive*'`).
+#[inline(never)]
+fn drive(
+    pipe: &mut Pipeline<BlockCorrelator>,
+    streams: &[Vec<(u64, Vec<u8>)>],
+    out: &mut dyn FnMut(BlockRecord),
+) {
+    let mut pos = [0usize; CPUS];
+    // A replay's clock: no sample still to be fed is older than the oldest unread head.
+    while let Some(now) = streams
+        .iter()
+        .zip(&pos)
+        .filter_map(|(s, &p)| s.get(p).map(|(t, _)| *t))
+        .min()
+    {
+        pipe.begin_round(now);
+        for (cpu, s) in streams.iter().enumerate() {
+            let end = (pos[cpu] + ROUND).min(s.len());
+            for (t, raw) in &s[pos[cpu]..end] {
+                pipe.sample(*t, cpu as u32, raw);
+            }
+            pos[cpu] = end;
+        }
+        pipe.end_round(&mut *out);
+    }
+    pipe.finish(&mut *out);
+}
 
 fn captured_tree() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tracefs");
@@ -71,59 +115,90 @@ fn main() {
     let events: usize = streams.iter().map(Vec::len).sum();
     let bytes: usize = streams.iter().flatten().map(|(_, r)| r.len()).sum();
 
-    let mut decoder = Decoder::new();
-    for e in ["block_rq_insert", "block_rq_issue", "block_rq_complete"] {
-        decoder
-            .bind(&tfs, "block", e, |fmt| {
-                let l = BlockLayout::for_event(fmt, e)?;
-                Ok(move |raw: &[u8]| l.decode(raw))
-            })
-            .unwrap();
-    }
-    let mut pipe = Pipeline::new(decoder, BlockCorrelator::new(BlockConfig::default()));
+    let csv = std::env::args().any(|a| a == "csv");
+    let replay = |out: &mut dyn FnMut(BlockRecord)| {
+        let mut decoder = Decoder::new();
+        for e in ["block_rq_insert", "block_rq_issue", "block_rq_complete"] {
+            decoder
+                .bind(&tfs, "block", e, |fmt| {
+                    let l = BlockLayout::for_event(fmt, e)?;
+                    Ok(move |raw: &[u8]| l.decode(raw))
+                })
+                .unwrap();
+        }
+        let mut pipe = Pipeline::new(decoder, BlockCorrelator::new(BlockConfig::default()));
+        let start = Instant::now();
+        let cpu0 = cpu_secs();
+        drive(&mut pipe, &streams, out);
+        let cpu = cpu_secs() - cpu0;
+        let wall = start.elapsed().as_secs_f64();
+        let h = pipe.health();
+        assert_eq!(h.counters.unmatched + h.counters.incomplete, 0, "{h:?}");
+        (cpu, wall, h.late)
+    };
     let mut records = 0u64;
     let mut d2c_sum = 0u64;
-    let mut pos = [0usize; CPUS];
-    let start = Instant::now();
-    // A replay's clock: no sample still to be fed is older than the oldest unread head.
-    while let Some(now) = streams
-        .iter()
-        .zip(&pos)
-        .filter_map(|(s, &p)| s.get(p).map(|(t, _)| *t))
-        .min()
-    {
-        pipe.begin_round(now);
-        for (cpu, s) in streams.iter().enumerate() {
-            let end = (pos[cpu] + ROUND).min(s.len());
-            for (t, raw) in &s[pos[cpu]..end] {
-                pipe.sample(*t, cpu as u32, raw);
-            }
-            pos[cpu] = end;
-        }
-        pipe.end_round(&mut |r| {
-            records += 1;
-            d2c_sum += r.d2c_ns.unwrap_or(0);
-        });
-    }
-    pipe.finish(&mut |r| {
+    let (secs, wall, late) = replay(&mut |r| {
         records += 1;
         d2c_sum += r.d2c_ns.unwrap_or(0);
     });
-    let secs = start.elapsed().as_secs_f64();
-    let h = pipe.health();
     assert_eq!(records, ios, "every I/O must come out as one record");
-    assert_eq!(h.counters.unmatched + h.counters.incomplete, 0, "{h:?}");
     println!("format files: {}", tree.display());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "decode+order+correlate: {events} events ({} MB of raw samples), {ios} I/Os in {secs:.3} s",
+        "load average {}; times are this thread's CPU time",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "decode+order+correlate: {events} events ({} MB of raw samples), {ios} I/Os in {secs:.3} s CPU ({wall:.3} s wall)",
         bytes / 1_000_000
     );
     println!(
-        "  {:.2} M events/s, {:.0} ns/event, {:.2} M I/Os/s on one core (mean d2c {} ns, late {})",
+        "  {:.2} M events/s, {:.0} ns/event, {:.2} M I/Os/s on one core (mean d2c {} ns, late {late})",
         events as f64 / secs / 1e6,
         secs * 1e9 / events as f64,
         ios as f64 / secs / 1e6,
         d2c_sum / ios.max(1),
-        h.late
+    );
+    if !csv {
+        return;
+    }
+    let sink = || {
+        CsvSink::from_writer(
+            Box::new(std::io::sink()),
+            "nowhere".into(),
+            BlockRecord::table(),
+            WallClock::now(),
+        )
+        .unwrap()
+    };
+    // The record path: every record becomes a CSV row as it comes out.
+    let mut out = sink();
+    let (with_csv, _, _) = replay(&mut |r| out.record(&r).unwrap());
+    assert_eq!(out.rows(), ios);
+    println!(
+        "replay → CSV (discarded): {:.0} ns/event, {:.0} ns/row ({:.0} of them CSV), {:.2} M rows/s",
+        with_csv * 1e9 / events as f64,
+        with_csv * 1e9 / ios as f64,
+        (with_csv - secs) * 1e9 / ios as f64,
+        ios as f64 / with_csv / 1e6
+    );
+    // The rendering alone, over the records collected first.
+    let mut rows: Vec<BlockRecord> = Vec::with_capacity(ios as usize);
+    replay(&mut |r| rows.push(r));
+    let mut out = sink();
+    let start = cpu_secs();
+    for r in &rows {
+        out.record(r).unwrap();
+    }
+    out.flush().unwrap();
+    let render = cpu_secs() - start;
+    println!(
+        "CSV rendering alone: {:.0} ns/row ({} rows)",
+        render * 1e9 / rows.len() as f64,
+        rows.len()
     );
 }

@@ -1,18 +1,26 @@
-//! Side-by-side cost of tracing block I/O: ntprof-perf vs `perf record` vs bpftrace.
+//! Side-by-side cost of tracing block I/O: no tracer, `perf record`, bpftrace,
+//! `ntprof-perf stat`, `ntprof-perf record`, and `stat --sample 8` / `--sample 64`.
 //!
-//! The same workload (N direct 4 KiB writes with dd to a loop device on tmpfs) runs
-//! with no tracer, then under each tracer tracing the same three block events of that
-//! device. Printed per tracer: the workload's wall time and its ratio to the untraced
-//! run, the tracer's own CPU time while tracing, and what each tracer saw (so a tracer
-//! that missed events cannot look cheap). For perf, the CPU time of `perf script` to
-//! decode its recording is shown too: ntprof-perf decodes and correlates online.
+//! The workload is fio, 4 KiB random reads at queue depth 16 with libaio, on a loop
+//! device backed by tmpfs (pure CPU: the tracers compete with it for the same cores).
+//! Every tracer traces the block events of that device only, filtered in the kernel:
+//! - `perf record -a` of `block_rq_insert`, `block_rq_issue`, `block_rq_complete`;
+//! - bpftrace: issue → complete latency into an in-kernel `hist()`;
+//! - ntprof-perf `stat` / `record` (block profile: the same three events plus requeue).
 //!
-//! Run as root: `cargo run --release --example overhead -- [IOS] [ROUNDS]`
-//! (default 20000 I/Os, 3 rounds; the median round is shown).
+//! Rounds are interleaved: each round runs every mode once, in a shuffled order, so
+//! drift in the machine's load spreads over all modes. Printed per mode: the median
+//! IOPS and its ratio to the untraced median, the tracer's own CPU time per second of
+//! workload (user + system of its process, from /proc; bpftrace's in-kernel work is
+//! paid inside the workload instead), and samples lost.
+//!
+//! Run as root: `cargo run --release --example overhead -- [SECONDS] [ROUNDS]`
+//! (default 5 s per run, 5 rounds). Installs fio, bpftrace and perf with apt-get when
+//! they are missing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn sh(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -22,6 +30,39 @@ fn sh(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// fio, bpftrace and perf, installed with apt-get when missing.
+fn install_tools() {
+    let missing: Vec<&str> = [
+        ("fio", "fio"),
+        ("bpftrace", "bpftrace"),
+        ("perf", "linux-perf"),
+    ]
+    .into_iter()
+    .filter(|(tool, _)| !have(tool))
+    .map(|(_, pkg)| pkg)
+    .collect();
+    if missing.is_empty() {
+        return;
+    }
+    eprintln!("installing {}", missing.join(" "));
+    let _ = Command::new("apt-get").arg("update").status();
+    let st = Command::new("apt-get")
+        .args(["install", "-y", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .expect("apt-get");
+    assert!(st.success(), "apt-get install {missing:?} failed");
 }
 
 struct Loop {
@@ -34,7 +75,7 @@ impl Loop {
         let dir = std::env::temp_dir().join(format!("ntprof-overhead-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         sh(Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=300m", "tmpfs"])
+            .args(["-t", "tmpfs", "-o", "size=600m", "tmpfs"])
             .arg(&dir));
         let img = dir.join("img");
         std::fs::File::create(&img)
@@ -66,20 +107,32 @@ impl Drop for Loop {
     }
 }
 
-fn workload(dev: &str, ios: u64) -> Duration {
-    let t = Instant::now();
-    sh(Command::new("dd").args([
-        "if=/dev/zero",
-        &format!("of={dev}"),
-        "bs=4k",
-        &format!("count={ios}"),
-        "oflag=direct",
-        "status=none",
+/// fio 4 KiB random reads, QD16, libaio, for `secs`; its read IOPS.
+fn fio(dev: &str, secs: u64) -> f64 {
+    let out = sh(Command::new("fio").args([
+        "--name=overhead",
+        &format!("--filename={dev}"),
+        "--rw=randread",
+        "--bs=4k",
+        "--iodepth=16",
+        "--ioengine=libaio",
+        "--direct=1",
+        "--time_based",
+        &format!("--runtime={secs}"),
+        "--output-format=json",
     ]));
-    t.elapsed()
+    // "read" : { ... "iops" : 12345.678901, ...
+    let read = out.find("\"read\"").expect("fio JSON has a read section");
+    let at = read + out[read..].find("\"iops\"").expect("read iops");
+    let rest = out[at + 6..].trim_start_matches([' ', ':']);
+    let num: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    num.parse().expect("iops is a number")
 }
 
-/// utime + stime of a process and its threads, from /proc.
+/// utime + stime of a process (all its threads), from /proc.
 fn cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
@@ -93,49 +146,191 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_nanos(ticks * 1_000_000_000 / hz)
 }
 
-fn stop(child: Child) -> std::process::Output {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-    child.wait_with_output().unwrap()
+/// The tracers, in table order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    None,
+    Perf,
+    Bpftrace,
+    Stat,
+    Record,
+    Sample8,
+    Sample64,
 }
 
-struct Run {
-    wall: Duration,
-    cpu: Duration,
-    seen: String,
-    post_cpu: Option<Duration>,
-}
+const MODES: [Mode; 7] = [
+    Mode::None,
+    Mode::Perf,
+    Mode::Bpftrace,
+    Mode::Stat,
+    Mode::Record,
+    Mode::Sample8,
+    Mode::Sample64,
+];
 
-/// Start a tracer, give it time to attach, run the workload, measure, stop it.
-fn traced(
-    start: impl Fn() -> Child,
-    dev: &str,
-    ios: u64,
-    seen: impl Fn(&str, &str) -> String,
-) -> Run {
-    let child = start();
-    std::thread::sleep(Duration::from_millis(1500));
-    let cpu0 = cpu_time(child.id());
-    let wall = workload(dev, ios);
-    // Let the tracer drain what the workload produced before its CPU is read.
-    std::thread::sleep(Duration::from_millis(300));
-    let cpu = cpu_time(child.id()).saturating_sub(cpu0);
-    let out = stop(child);
-    Run {
-        wall,
-        cpu,
-        seen: seen(
-            &String::from_utf8_lossy(&out.stdout),
-            &String::from_utf8_lossy(&out.stderr),
-        ),
-        post_cpu: None,
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::None => "no tracer",
+            Mode::Perf => "perf record -a",
+            Mode::Bpftrace => "bpftrace issue→complete hist()",
+            Mode::Stat => "ntprof-perf stat",
+            Mode::Record => "ntprof-perf record (CSV)",
+            Mode::Sample8 => "ntprof-perf stat --sample 8",
+            Mode::Sample64 => "ntprof-perf stat --sample 64",
+        }
     }
 }
 
-fn median(mut v: Vec<Run>) -> Run {
-    v.sort_by_key(|r| r.wall);
-    let mid = v.len() / 2;
-    v.swap_remove(mid)
+struct Ctx {
+    bin: PathBuf,
+    dev: String,
+    kdev: u64,
+    scratch: PathBuf,
+}
+
+impl Ctx {
+    fn start(&self, m: Mode) -> Option<Child> {
+        let ntprof = |extra: &[&str]| {
+            let mut c = Command::new(&self.bin);
+            c.args(extra).args(["-p", "block", "-d", &self.dev]);
+            if extra[0] == "record" {
+                c.arg("-o").arg(self.scratch.join("io.csv"));
+            }
+            c.stdout(Stdio::piped()).stderr(Stdio::piped());
+            c
+        };
+        let mut c = match m {
+            Mode::None => return None,
+            Mode::Perf => {
+                let filter = format!("dev == {}", self.kdev);
+                let mut c = Command::new("perf");
+                c.args(["record", "-a", "-o"])
+                    .arg(self.scratch.join("perf.data"));
+                for e in ["block_rq_insert", "block_rq_issue", "block_rq_complete"] {
+                    c.args(["-e", &format!("block:{e}"), "--filter", &filter]);
+                }
+                c.stdout(Stdio::piped()).stderr(Stdio::piped());
+                c
+            }
+            Mode::Bpftrace => {
+                let k = self.kdev;
+                let prog = format!(
+                    "tracepoint:block:block_rq_issue /args->dev == {k}/ {{ @d[args->sector] = nsecs; }}
+                     tracepoint:block:block_rq_complete /args->dev == {k} && @d[args->sector]/ {{
+                         @d2c = hist(nsecs - @d[args->sector]); @n = count();
+                         delete(@d[args->sector]); }}"
+                );
+                let mut c = Command::new("bpftrace");
+                c.args(["-e", &prog])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                c
+            }
+            Mode::Stat => ntprof(&["stat", "--interval", "0"]),
+            Mode::Record => ntprof(&["record"]),
+            Mode::Sample8 => ntprof(&["stat", "--interval", "0", "--sample", "8"]),
+            Mode::Sample64 => ntprof(&["stat", "--interval", "0", "--sample", "64"]),
+        };
+        let child = c.spawn().unwrap_or_else(|e| panic!("{}: {e}", m.name()));
+        // Time to open and enable the events (bpftrace compiles its program first).
+        std::thread::sleep(Duration::from_millis(if m == Mode::Bpftrace {
+            4000
+        } else {
+            1500
+        }));
+        Some(child)
+    }
+
+    /// Samples the tracer says it lost (after it stopped).
+    fn lost(&self, m: Mode, out: &str, err: &str) -> Option<u64> {
+        let after = |text: &str, key: &str| -> Option<u64> {
+            let i = text.find(key)? + key.len();
+            text[i..]
+                .split_whitespace()
+                .next()?
+                .trim_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .ok()
+        };
+        match m {
+            Mode::None => Some(0),
+            Mode::Stat | Mode::Record | Mode::Sample8 | Mode::Sample64 => {
+                after(out, "lost ").or_else(|| after(err, "lost "))
+            }
+            Mode::Perf => {
+                // `perf report --stats` counts the LOST records' samples.
+                let st = Command::new("perf")
+                    .args(["report", "--stats", "-i"])
+                    .arg(self.scratch.join("perf.data"))
+                    .output()
+                    .ok()?;
+                let text = String::from_utf8_lossy(&st.stdout);
+                Some(
+                    text.lines()
+                        .find(|l| l.trim_start().starts_with("LOST events"))
+                        .and_then(|l| after(l, "LOST events:"))
+                        .unwrap_or(0),
+                )
+            }
+            // Its samples stay in kernel maps; only perf-buffer output can be lost.
+            Mode::Bpftrace => Some(after(err, "Lost ").unwrap_or(0)),
+        }
+    }
+}
+
+struct Run {
+    iops: f64,
+    cpu_per_s: f64,
+    lost: Option<u64>,
+}
+
+fn run(ctx: &Ctx, m: Mode, secs: u64) -> Run {
+    let child = ctx.start(m);
+    let cpu0 = child.as_ref().map(|c| cpu_time(c.id()));
+    let iops = fio(&ctx.dev, secs);
+    // What the workload produced is drained before the tracer's CPU is read.
+    std::thread::sleep(Duration::from_millis(300));
+    let cpu = match (&child, cpu0) {
+        (Some(c), Some(c0)) => cpu_time(c.id()).saturating_sub(c0),
+        _ => Duration::ZERO,
+    };
+    let (out, err) = match child {
+        Some(c) => {
+            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+            let o = c.wait_with_output().unwrap();
+            (
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        }
+        None => Default::default(),
+    };
+    Run {
+        iops,
+        cpu_per_s: cpu.as_secs_f64() / secs as f64,
+        lost: ctx.lost(m, &out, &err),
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn main() {
@@ -143,176 +338,119 @@ fn main() {
         .skip(1)
         .filter_map(|a| a.parse().ok())
         .collect();
-    let ios = args.first().copied().unwrap_or(20_000);
-    let rounds = args.get(1).copied().unwrap_or(3).max(1);
+    let secs = args.first().copied().unwrap_or(5).max(1);
+    let rounds = args.get(1).copied().unwrap_or(5).max(1) as usize;
     let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/ntprof-perf");
     assert!(
         bin.is_file(),
         "build first: cargo build --release ({} missing)",
         bin.display()
     );
+    install_tools();
     let l = Loop::new();
-    let kdev = l.kernel_dev();
-    let events = [
-        "block:block_rq_insert",
-        "block:block_rq_issue",
-        "block:block_rq_complete",
-    ];
-    let perf_data = std::env::temp_dir().join("ntprof-overhead-perf.data");
-    let csv = std::env::temp_dir().join("ntprof-overhead.csv");
-    workload(&l.dev, ios / 4); // warm-up
+    let ctx = Ctx {
+        bin,
+        dev: l.dev.clone(),
+        kdev: l.kernel_dev(),
+        scratch: l.dir.clone(),
+    };
+    // Fill the image so reads hit tmpfs pages, not holes.
+    sh(Command::new("dd").args([
+        "if=/dev/zero",
+        &format!("of={}", l.dev),
+        "bs=1M",
+        "count=256",
+        "oflag=direct",
+        "status=none",
+    ]));
+    let load_before = loadavg();
+    fio(&l.dev, 1); // warm-up
 
-    let mut table: Vec<(&str, Run)> = Vec::new();
-    let base = median(
-        (0..rounds)
-            .map(|_| Run {
-                wall: workload(&l.dev, ios),
-                cpu: Duration::ZERO,
-                seen: "-".into(),
-                post_cpu: None,
-            })
-            .collect(),
-    );
-    table.push(("no tracing", base));
-
-    let dev = l.dev.clone();
-    let runs = (0..rounds)
-        .map(|_| {
-            traced(
-                || {
-                    Command::new(&bin)
-                        .args(["record", "-d", &dev, "-o"])
-                        .arg(&csv)
-                        .stderr(Stdio::piped())
-                        .spawn()
-                        .unwrap()
-                },
-                &dev,
-                ios,
-                |_, err| {
-                    err.lines()
-                        .find(|l| l.contains("I/Os written"))
-                        .map(|l| l.replace("ntprof-perf: ", ""))
-                        .unwrap_or_default()
-                },
-            )
-        })
-        .collect();
-    table.push(("ntprof-perf record", median(runs)));
-
-    let filter = format!("dev == {kdev}");
-    let runs = (0..rounds)
-        .map(|_| {
-            let mut r = traced(
-                || {
-                    let mut c = Command::new("perf");
-                    c.args(["record", "-q", "-a", "-o"]).arg(&perf_data);
-                    for e in events {
-                        c.args(["-e", e, "--filter", &filter]);
-                    }
-                    c.stdout(Stdio::null())
-                        .stderr(Stdio::piped())
-                        .spawn()
-                        .unwrap()
-                },
-                &dev,
-                ios,
-                |_, _| String::new(),
+    let mut iops: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
+    let mut lost: Vec<Option<u64>> = vec![Some(0); MODES.len()];
+    let mut seed = 0x2545_f491_4f6c_dd1du64 ^ std::process::id() as u64;
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..MODES.len()).collect();
+        for i in (1..order.len()).rev() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            order.swap(i, (seed % (i as u64 + 1)) as usize);
+        }
+        for &i in &order {
+            let r = run(&ctx, MODES[i], secs);
+            eprintln!(
+                "round {}/{rounds}: {:<32} {:>9.0} IOPS  tracer {:>4.0} ms CPU/s  lost {:?}",
+                round + 1,
+                MODES[i].name(),
+                r.iops,
+                r.cpu_per_s * 1e3,
+                r.lost
             );
-            let out = Command::new("perf")
-                .args(["script", "-F", "event", "-i"])
-                .arg(&perf_data)
-                .output()
-                .unwrap();
-            let n = String::from_utf8_lossy(&out.stdout).lines().count();
-            r.seen = format!("{n} samples decoded by perf script");
-            r.post_cpu = Some(script_cpu(&perf_data));
-            r
+            iops[i].push(r.iops);
+            cpu[i].push(r.cpu_per_s);
+            lost[i] = match (lost[i], r.lost) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+        }
+    }
+    let base = median(&mut iops[0].clone());
+    let host = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
-        .collect();
-    table.push(("perf record -a (+ perf script)", median(runs)));
-
-    let prog = format!(
-        "tracepoint:block:block_rq_insert /args->dev == {kdev}/ {{ @q[args->sector] = nsecs; }}
-         tracepoint:block:block_rq_issue /args->dev == {kdev}/ {{ @d[args->sector] = nsecs; }}
-         tracepoint:block:block_rq_complete /args->dev == {kdev} && @d[args->sector]/ {{
-             @d2c = hist(nsecs - @d[args->sector]); @n = count();
-             delete(@d[args->sector]); delete(@q[args->sector]); }}"
-    );
-    let runs = (0..rounds)
-        .map(|_| {
-            traced(
-                || {
-                    Command::new("bpftrace")
-                        .args(["-e", &prog])
-                        .stdout(Stdio::piped())
-                        .stderr(Stdio::piped())
-                        .spawn()
-                        .unwrap()
-                },
-                &dev,
-                ios,
-                |out, _| {
-                    out.lines()
-                        .find(|l| l.starts_with("@n:"))
-                        .map(|l| {
-                            format!(
-                                "{} I/Os in its histogram",
-                                l.trim_start_matches("@n:").trim()
-                            )
-                        })
-                        .unwrap_or_default()
-                },
-            )
-        })
-        .collect();
-    table.push(("bpftrace (D2C histogram)", median(runs)));
-
-    let base = table[0].1.wall.as_secs_f64();
+        .unwrap_or_default();
+    let kernel = sh(Command::new("uname").arg("-r"));
     println!(
-        "workload: {ios} direct 4 KiB writes with dd on {} (tmpfs), median of {rounds}",
+        "fio 4k randread QD16 libaio, {secs} s per run, {rounds} interleaved shuffled rounds, on {} (tmpfs loop)",
         l.dev
     );
     println!(
-        "{:<32} {:>10} {:>8} {:>10} {:>11}  seen",
-        "tracer", "wall ms", "ratio", "cpu ms", "cpu ns/I/O"
+        "machine: {} CPUs, {host}, kernel {}; load average before {load_before}, after {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        kernel.trim(),
+        loadavg()
     );
-    for (name, r) in &table {
-        let cpu = r.cpu + r.post_cpu.unwrap_or_default();
+    println!();
+    println!("| tracer | median IOPS | ratio to untraced | tracer CPU (ms per s) | lost samples |");
+    println!("|---|---|---|---|---|");
+    for (i, m) in MODES.iter().enumerate() {
+        let med = median(&mut iops[i]);
+        let c = median(&mut cpu[i]);
         println!(
-            "{:<32} {:>10.1} {:>8.3} {:>10.1} {:>11.0}  {}",
-            name,
-            r.wall.as_secs_f64() * 1e3,
-            r.wall.as_secs_f64() / base,
-            cpu.as_secs_f64() * 1e3,
-            cpu.as_nanos() as f64 / ios as f64,
-            r.seen
+            "| {} | {:.0} | {:.3} | {} | {} |",
+            m.name(),
+            med,
+            med / base,
+            if *m == Mode::None {
+                "-".into()
+            } else {
+                format!("{:.0}", c * 1e3)
+            },
+            lost[i].map_or("?".into(), |n| n.to_string())
         );
     }
-    let _ = std::fs::remove_file(&perf_data);
-    let _ = std::fs::remove_file(&csv);
-}
-
-/// CPU time of decoding a perf recording with `perf script`: the growth of the
-/// waited-for children's rusage across that one child.
-fn script_cpu(data: &Path) -> Duration {
-    use nix::sys::resource::{getrusage, UsageWho};
-    let used = || {
-        getrusage(UsageWho::RUSAGE_CHILDREN)
-            .map(|u| {
-                let tv = |t: nix::sys::time::TimeVal| {
-                    Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000)
-                };
-                tv(u.user_time()) + tv(u.system_time())
-            })
-            .unwrap_or_default()
+    let ratio = |m: Mode| {
+        let i = MODES.iter().position(|x| *x == m).unwrap_or(0);
+        median(&mut iops[i].clone()) / base
     };
-    let before = used();
-    let _ = Command::new("perf")
-        .args(["script", "-i"])
-        .arg(data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    used().saturating_sub(before)
+    let check = |ok: bool| if ok { "met" } else { "NOT met" };
+    println!();
+    println!(
+        "targets: stat ≥ bpftrace: {}; record ≥ perf record: {}; --sample 8 ≥ 0.93: {}; --sample 64 ≥ 0.97: {}; zero lost at full rate: {}",
+        check(ratio(Mode::Stat) >= ratio(Mode::Bpftrace)),
+        check(ratio(Mode::Record) >= ratio(Mode::Perf)),
+        check(ratio(Mode::Sample8) >= 0.93),
+        check(ratio(Mode::Sample64) >= 0.97),
+        check([Mode::Stat, Mode::Record].iter().all(|m| {
+            let i = MODES.iter().position(|x| x == m).unwrap_or(0);
+            lost[i] == Some(0)
+        }))
+    );
+    let _ = std::fs::remove_file(Path::new(&ctx.scratch).join("perf.data"));
 }

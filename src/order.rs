@@ -127,7 +127,10 @@ impl<T> Sorter<T> {
         self.release(None, &mut out);
     }
 
-    /// k-way merge of the queue heads, up to (not including) `limit`.
+    /// k-way merge of the queue heads, up to (not including) `limit`: a heap of the
+    /// sources' head times, ordered by (time, source); the source on top releases its
+    /// run while it stays older than the next head, without going through the heap
+    /// for each event.
     fn release(&mut self, limit: Option<u64>, out: &mut impl FnMut(u64, T)) {
         let below = |t: u64| limit.is_none_or(|m| t < m);
         let mut heads: BinaryHeap<Reverse<(u64, usize)>> = self
@@ -138,14 +141,19 @@ impl<T> Sorter<T> {
             .filter(|Reverse((t, _))| below(*t))
             .collect();
         while let Some(Reverse((_, i))) = heads.pop() {
+            let next = heads.peek().map(|Reverse(n)| *n);
             let q = &mut self.queues[i];
-            if let Some((t, item)) = q.pop_front() {
+            while let Some((t, item)) = q.pop_front() {
                 self.held -= 1;
                 out(t, item);
-            }
-            if let Some((t, _)) = q.front() {
-                if below(*t) {
-                    heads.push(Reverse((*t, i)));
+                match q.front() {
+                    Some(&(t, _)) if below(t) => {
+                        if next.is_some_and(|n| (t, i) > n) {
+                            heads.push(Reverse((t, i)));
+                            break;
+                        }
+                    }
+                    _ => break,
                 }
             }
         }
@@ -306,6 +314,42 @@ mod tests {
             vec![(10, "a"), (15, "x"), (20, "b"), (25, "y"), (30, "c")]
         );
         assert_eq!(s.held(), 0);
+    }
+
+    /// Runs of one source and ties across sources: the same order as a plain
+    /// (time, source) sort that keeps ring order within a source.
+    #[test]
+    fn runs_and_ties_come_out_by_time_then_source() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for case in 0..300 {
+            let sources = 1 + rnd(20) as u32;
+            let mut s: Sorter<(u32, u32)> = Sorter::new();
+            let mut times = vec![0u64; sources as usize];
+            let mut all = Vec::new();
+            for k in 0..200 {
+                let src = rnd(sources as u64) as u32;
+                // Few distinct times: many ties across sources, and runs.
+                times[src as usize] += rnd(3);
+                let t = times[src as usize];
+                s.push(src, t, (src, k));
+                all.push((t, (src, k)));
+            }
+            let limit = if case % 3 == 0 { None } else { Some(rnd(150)) };
+            let mut got = Vec::new();
+            s.release(limit, &mut |t, x| got.push((t, x)));
+            let mut want: Vec<_> = all
+                .into_iter()
+                .filter(|(t, _)| limit.is_none_or(|m| *t < m))
+                .collect();
+            want.sort_by_key(|&(t, (src, k))| (t, src, k));
+            assert_eq!(got, want, "case {case}, {sources} sources, limit {limit:?}");
+        }
     }
 
     #[test]

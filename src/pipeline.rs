@@ -304,9 +304,11 @@ fn drain_round(
     pipe.begin_round(group.clock_now()?);
     let lost_before: u64 = group.lost().iter().map(|(_, n)| n).sum();
     for ring in 0..group.ring_count() {
+        // Rings are per CPU: samples do not repeat it (see `perf::record`).
+        let cpu = group.ring_cpu(ring);
         let stats = group.drain_ring(ring, |rec| {
             if let Record::Sample(s) = rec {
-                pipe.sample(s.time, s.cpu, s.raw);
+                pipe.sample(s.time, s.cpu.unwrap_or(cpu), s.raw);
             }
         });
         // A ring walk that hit a corrupt size resynchronised at the head and skipped

@@ -134,6 +134,35 @@ impl Value<'_> {
         }
     }
 
+    /// [`write_text`](Value::write_text) into bytes: what the CSV sink renders with, as
+    /// it needs no UTF-8 check per number. The same text (a test holds them together).
+    pub fn write_bytes(&self, out: &mut Vec<u8>) {
+        match self {
+            Value::Empty => {}
+            Value::U64(v) | Value::Time(v) => put_u64(out, *v),
+            Value::I64(v) => {
+                if *v < 0 {
+                    out.push(b'-');
+                }
+                put_u64(out, v.unsigned_abs());
+            }
+            Value::Str(s) => out.extend_from_slice(s.as_bytes()),
+            Value::String(s) => out.extend_from_slice(s.as_bytes()),
+            Value::Hex(v) => {
+                let _ = std::io::Write::write_fmt(out, format_args!("{v:#x}"));
+            }
+            Value::Named(p, v) => {
+                out.extend_from_slice(p.as_bytes());
+                put_u64(out, *v);
+            }
+            Value::Dev(d) => {
+                put_u64(out, (*d >> 20) as u64);
+                out.push(b':');
+                put_u64(out, (*d & 0xfffff) as u64);
+            }
+        }
+    }
+
     pub fn to_text(&self) -> String {
         let mut s = String::new();
         self.write_text(&mut s);
@@ -141,20 +170,83 @@ impl Value<'_> {
     }
 }
 
-/// Decimal digits without `fmt`: the CSV path writes several per row.
-pub fn push_u64(out: &mut String, mut v: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
+/// "00", "01", … "99": two digits per division.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// The decimal digits of `v` in `buf`, ending before `end`; returns where they start.
+/// Two digits per step, in 32-bit arithmetic below 10^8 (cheaper than 64-bit).
+#[inline]
+fn digits(buf: &mut [u8; 20], end: usize, v: u64) -> usize {
+    let mut i = end;
+    let mut small = if v >= 100_000_000 {
+        // Eight digits at a time from the bottom, then the top as a 32-bit number.
+        let mut hi = v;
+        loop {
+            let lo = (hi % 100_000_000) as u32;
+            hi /= 100_000_000;
+            i -= 8;
+            eight(buf, i, lo);
+            if hi < 100_000_000 {
+                break hi as u32;
+            }
         }
+    } else {
+        v as u32
+    };
+    while small >= 100 {
+        let k = (small % 100) as usize * 2;
+        small /= 100;
+        i -= 2;
+        buf[i] = PAIRS[k];
+        buf[i + 1] = PAIRS[k + 1];
     }
+    if small >= 10 {
+        let k = small as usize * 2;
+        i -= 2;
+        buf[i] = PAIRS[k];
+        buf[i + 1] = PAIRS[k + 1];
+    } else if small > 0 || i == end {
+        i -= 1;
+        buf[i] = b'0' + small as u8;
+    }
+    i
+}
+
+/// `v` < 10^8 as exactly eight digits at `buf[at..at + 8]`.
+#[inline]
+fn eight(buf: &mut [u8; 20], at: usize, mut v: u32) {
+    for j in (0..4).rev() {
+        let k = (v % 100) as usize * 2;
+        v /= 100;
+        buf[at + 2 * j] = PAIRS[k];
+        buf[at + 2 * j + 1] = PAIRS[k + 1];
+    }
+}
+
+/// Decimal digits without `fmt`: the CSV path writes several per row.
+pub fn push_u64(out: &mut String, v: u64) {
+    let mut buf = [0u8; 20];
+    let i = digits(&mut buf, 20, v);
     // The slice holds ASCII digits only.
     out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
+}
+
+/// [`push_u64`] into bytes, without the UTF-8 check.
+#[inline]
+pub fn put_u64(out: &mut Vec<u8>, v: u64) {
+    if v < 10 {
+        // Common in rows: error 0, small counts.
+        out.push(b'0' + v as u8);
+        return;
+    }
+    let mut buf = [0u8; 20];
+    let i = digits(&mut buf, 20, v);
+    out.extend_from_slice(&buf[i..]);
 }
 
 /// One column of a record type `R`.
@@ -528,14 +620,44 @@ mod tests {
 
     #[test]
     fn values_render_without_fmt_as_with_it() {
-        for v in [0u64, 7, 10, 12345, u64::MAX] {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut nums = vec![0u64, 7, 9, 10, 99, 100, 101, 999, 1000, 12345, u64::MAX];
+        nums.extend((1..20).map(|p| 10u64.pow(p)));
+        nums.extend((1..20).map(|p| 10u64.pow(p) - 1));
+        nums.extend((0..2000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x >> (x % 64)
+        }));
+        for v in nums {
             assert_eq!(Value::U64(v).to_text(), v.to_string());
+            let mut b = Vec::new();
+            put_u64(&mut b, v);
+            assert_eq!(b, v.to_string().as_bytes());
         }
         assert_eq!(Value::I64(i64::MIN).to_text(), i64::MIN.to_string());
         assert_eq!(Value::Hex(0x4002).to_text(), "0x4002");
         assert_eq!(Value::Hex(0).to_text(), "0x0");
         assert_eq!(Value::Named("nvme", 12).to_text(), "nvme12");
         assert_eq!(Value::Empty.to_text(), "");
+        // Bytes and text are the same rendering.
+        for v in [
+            Value::Empty,
+            Value::U64(1234567),
+            Value::I64(-42),
+            Value::I64(i64::MIN),
+            Value::Str("loop0"),
+            Value::String("x,y".into()),
+            Value::Hex(0x1f),
+            Value::Named("nvme", 3),
+            Value::Dev((259 << 20) | 7),
+            Value::Time(5),
+        ] {
+            let mut b = Vec::new();
+            v.write_bytes(&mut b);
+            assert_eq!(b, v.to_text().as_bytes(), "{v:?}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! `NTPROF_FUZZ_SCALE=K` feeds K times as many inputs, for a longer run by hand.
 
 use ntprof_perf::decode::{DecodeError, Decoder, FieldReader, LayoutFn, Want};
-use ntprof_perf::perf::{parse_record, walk_ring_bytes, Record, RecordError, RingError};
+use ntprof_perf::perf::{walk_ring_bytes, Record, RecordError, RingError, SampleFormat};
 use ntprof_perf::profile;
 use ntprof_perf::tracefs::{parse_format, EventFormat, FieldShape, Tracefs};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -495,6 +495,17 @@ fn sample_decoder_input(rng: &mut Rng) -> bool {
 const RECORD_SAMPLE: u32 = 9;
 const RECORD_LOST: u32 = 2;
 
+/// `IDENTIFIER | TIME | CPU | RAW`, the layout `record_bytes` writes samples in.
+fn with_id_cpu() -> SampleFormat {
+    use perf_event_open_sys::bindings::{
+        PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_RAW, PERF_SAMPLE_TIME,
+    };
+    SampleFormat::new(
+        (PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW) as u64,
+    )
+    .unwrap()
+}
+
 /// A well-formed perf record of a random kind and size (a multiple of 8, as the kernel
 /// writes them).
 fn record_bytes(rng: &mut Rng) -> Vec<u8> {
@@ -589,7 +600,7 @@ fn ring_walker_input(rng: &mut Rng) -> bool {
     let stats = walk_ring_bytes(&data, tail, head, &mut Vec::new(), |r| {
         assert!(r.len() >= 8, "a record shorter than its header");
         assert_eq!(usize::from(u16::from_le_bytes([r[6], r[7]])), r.len());
-        if let Ok(Record::Sample(s)) = parse_record(r) {
+        if let Ok(Record::Sample(s)) = with_id_cpu().parse(r) {
             assert!(s.raw.len() <= r.len());
         }
         got.push(r.to_vec());
@@ -640,7 +651,10 @@ fn perf_record_input(rng: &mut Rng) -> bool {
             }
         }
     }
-    match parse_record(&rec) {
+    // The records are laid out with an id and a CPU; the lean layout (what ntprof-perf
+    // opens) reads the same bytes at other places and must be as robust.
+    let _ = SampleFormat::LEAN.parse(&rec);
+    match with_id_cpu().parse(&rec) {
         Ok(Record::Sample(s)) => {
             assert!(s.raw.len() + 36 <= rec.len());
             true

@@ -254,11 +254,17 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         }
         Err(e) => {
             // Rows already handed to the sink are flushed before reporting the error.
-            let _ = finish_output(&mut out, &r.plan.stages.health(), t0, r.profile);
+            let _ = finish_output(
+                &mut out,
+                &r.plan.stages.health(),
+                t0,
+                r.profile,
+                r.plan.sample,
+            );
             return Err(e.into());
         }
     };
-    finish_output(&mut out, &health, t0, r.profile)?;
+    finish_output(&mut out, &health, t0, r.profile, r.plan.sample)?;
     let rows = match &out {
         Output::Rows(s) => match s.min_ns() {
             None => format!("{} I/Os written to {to}", s.written()),
@@ -269,6 +275,11 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             ),
         },
         Output::Stat(..) => "stat done".to_string(),
+    };
+    // Counts of a sampled run are 1/N of the traffic: say so where they are printed.
+    let rows = match profile::sample::describe(r.plan.sample) {
+        Some(s) => format!("{rows} ({s})"),
+        None => rows,
     };
     eprintln!("ntprof-perf: {rows}; {}", health.line());
     if health.lost_total() > 0 {
@@ -340,15 +351,25 @@ fn finish_child(child: Option<&mut Child>) -> Option<Option<i32>> {
     Some(c.wait().ok().and_then(|s| s.code()))
 }
 
-fn finish_output(out: &mut Output, health: &Health, t0: Instant, p: &dyn Profile) -> Result<()> {
+fn finish_output(
+    out: &mut Output,
+    health: &Health,
+    t0: Instant,
+    p: &dyn Profile,
+    sample: u32,
+) -> Result<()> {
     match out {
         Output::Rows(s) => s.finish()?,
         Output::Stat(s, _) => {
-            let header = format!(
+            let mut header = format!(
                 "summary: profile {}, {:.1}s",
                 p.name(),
                 t0.elapsed().as_secs_f64()
             );
+            if let Some(d) = profile::sample::describe(sample) {
+                header.push_str(", ");
+                header.push_str(&d);
+            }
             s.finish(&header, health)?;
         }
     }

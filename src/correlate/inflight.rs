@@ -14,6 +14,7 @@
 //! flight (an NVMe command id): it replaces and returns the previous entry.
 
 use super::FxMap;
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::hash::Hash;
 
@@ -93,20 +94,24 @@ impl<K: Hash + Eq + Copy, V: Started> Inflight<K, V> {
     pub fn push(&mut self, key: K, v: V, evicted: &mut dyn FnMut(K, V)) {
         self.bound(evicted);
         self.len += 1;
-        match self.map.get_mut(&key) {
-            None => {
-                self.map.insert(key, Slot::One(v));
+        // One lookup: the entry, vacant or not.
+        match self.map.entry(key) {
+            Entry::Vacant(e) => {
+                e.insert(Slot::One(v));
             }
-            Some(slot) => match slot {
-                Slot::Many(q) => q.push_back(v),
-                Slot::One(_) => {
-                    let Slot::One(first) = std::mem::replace(slot, Slot::Many(VecDeque::new()))
-                    else {
-                        unreachable!("matched One above")
-                    };
-                    *slot = Slot::Many(VecDeque::from([first, v]));
+            Entry::Occupied(mut e) => {
+                let slot = e.get_mut();
+                match slot {
+                    Slot::Many(q) => q.push_back(v),
+                    Slot::One(_) => {
+                        let Slot::One(first) = std::mem::replace(slot, Slot::Many(VecDeque::new()))
+                        else {
+                            unreachable!("matched One above")
+                        };
+                        *slot = Slot::Many(VecDeque::from([first, v]));
+                    }
                 }
-            },
+            }
         }
     }
 
@@ -137,27 +142,30 @@ impl<K: Hash + Eq + Copy, V: Started> Inflight<K, V> {
     /// Take the oldest entry under `key` that `pred` accepts; also says how many
     /// entries the key held before (more than one: the pairing was a choice).
     pub fn take_where(&mut self, key: &K, mut pred: impl FnMut(&V) -> bool) -> Option<(V, usize)> {
-        let slot = self.map.get_mut(key)?;
-        let (v, held, now_empty) = match slot {
+        // One lookup: the occupied entry is removed through itself.
+        let Entry::Occupied(mut e) = self.map.entry(*key) else {
+            return None;
+        };
+        let (v, held) = match e.get_mut() {
             Slot::One(v) => {
                 if !pred(v) {
                     return None;
                 }
-                let Some(Slot::One(v)) = self.map.remove(key) else {
+                let Slot::One(v) = e.remove() else {
                     unreachable!("matched One above")
                 };
-                (v, 1, false)
+                (v, 1)
             }
             Slot::Many(q) => {
                 let held = q.len();
                 let i = q.iter().position(&mut pred)?;
                 let v = q.remove(i)?;
-                (v, held, q.is_empty())
+                if q.is_empty() {
+                    e.remove();
+                }
+                (v, held)
             }
         };
-        if now_empty {
-            self.map.remove(key);
-        }
         self.len -= 1;
         Some((v, held))
     }

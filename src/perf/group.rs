@@ -7,12 +7,9 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
-use perf_event_open_sys::bindings::{
-    perf_event_attr, PERF_FLAG_FD_CLOEXEC, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER,
-    PERF_SAMPLE_RAW, PERF_SAMPLE_TIME, PERF_TYPE_TRACEPOINT,
-};
+use perf_event_open_sys::bindings::{perf_event_attr, PERF_FLAG_FD_CLOEXEC, PERF_TYPE_TRACEPOINT};
 
-use super::record::{parse_record, Record, RecordError};
+use super::record::{Record, RecordError, SampleFormat};
 use super::ring::{Ring, RingError};
 use super::{sys, PerfError};
 
@@ -86,6 +83,8 @@ pub struct GroupConfig {
     pub wakeup_fraction: u32,
     /// Clock for sample times, e.g. `libc::CLOCK_MONOTONIC`.
     pub clockid: i32,
+    /// What each sample carries ([`SampleFormat::LEAN`] unless measuring others).
+    pub format: SampleFormat,
 }
 
 impl GroupConfig {
@@ -97,6 +96,7 @@ impl GroupConfig {
             mmap_pages: DEFAULT_MMAP_PAGES,
             wakeup_fraction: DEFAULT_WAKEUP_FRACTION,
             clockid: libc::CLOCK_MONOTONIC,
+            format: SampleFormat::LEAN,
         }
     }
 }
@@ -140,6 +140,7 @@ pub struct PerfGroup {
     ids: Vec<(u64, usize)>,
     /// The clock samples are stamped with (`GroupConfig::clockid`).
     clockid: i32,
+    format: SampleFormat,
 }
 
 impl PerfGroup {
@@ -192,7 +193,7 @@ impl PerfGroup {
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(cfg.events.len());
             let mut ring = None;
             for (index, (event, filter)) in cfg.events.iter().zip(&filters).enumerate() {
-                let attr = tracepoint_attr(event.tracefs_id, cfg.clockid, watermark);
+                let attr = tracepoint_attr(event.tracefs_id, cfg.clockid, watermark, cfg.format);
                 let fd = sys::perf_event_open(
                     &attr,
                     -1,
@@ -248,6 +249,7 @@ impl PerfGroup {
             rings,
             ids,
             clockid: cfg.clockid,
+            format: cfg.format,
         })
     }
 
@@ -340,10 +342,11 @@ impl PerfGroup {
     /// the CPU's loss total (see [`lost`](PerfGroup::lost)). Panics if
     /// `ring >= ring_count()`.
     pub fn drain_ring(&mut self, ring: usize, mut f: impl FnMut(Record<'_>)) -> DrainStats {
+        let format = self.format;
         let r = &mut self.rings[ring];
         let lost_total = &mut r.lost;
         let mut stats = DrainStats::default();
-        let walk = r.ring.drain(|bytes| match parse_record(bytes) {
+        let walk = r.ring.drain(|bytes| match format.parse(bytes) {
             Ok(record) => {
                 stats.records += 1;
                 match record {
@@ -375,24 +378,29 @@ impl PerfGroup {
 }
 
 /// The attributes every tracepoint is opened with. Each sample field costs kernel time per
-/// event, so only what later stages use is requested.
-fn tracepoint_attr(tracefs_id: u64, clockid: i32, watermark: u32) -> perf_event_attr {
+/// event, so only what later stages use is requested (see `record` for why that is
+/// `TIME | RAW`).
+fn tracepoint_attr(
+    tracefs_id: u64,
+    clockid: i32,
+    watermark: u32,
+    format: SampleFormat,
+) -> perf_event_attr {
     let mut attr = perf_event_attr {
         type_: PERF_TYPE_TRACEPOINT,
         // The kernel checks `size` to know which fields this binary knows about.
         size: std::mem::size_of::<perf_event_attr>() as u32,
         config: tracefs_id,
-        sample_type: u64::from(
-            PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW,
-        ),
+        sample_type: format.sample_type(),
         clockid,
         ..Default::default()
     };
     attr.__bindgen_anon_1.sample_period = 1;
     attr.__bindgen_anon_2.wakeup_watermark = watermark;
     attr.set_disabled(1);
-    // Gives LOST records a trailer with the identifier, time and CPU like samples have.
-    attr.set_sample_id_all(1);
+    // No `sample_id_all`: a LOST record is counted against its ring, and its body has
+    // the event id; the trailer would be parsed by nobody.
+    attr.set_sample_id_all(0);
     attr.set_use_clockid(1);
     attr.set_watermark(1);
     attr
@@ -543,7 +551,7 @@ mod tests {
 
     #[test]
     fn attr_matches_design() {
-        let attr = tracepoint_attr(305, libc::CLOCK_MONOTONIC, 1024);
+        let attr = tracepoint_attr(305, libc::CLOCK_MONOTONIC, 1024, SampleFormat::LEAN);
         assert_eq!(attr.type_, PERF_TYPE_TRACEPOINT);
         assert_eq!(attr.config, 305);
         assert_eq!(attr.size as usize, std::mem::size_of::<perf_event_attr>());
@@ -556,7 +564,14 @@ mod tests {
         };
         assert_eq!((period, watermark), (1, 1024));
         assert_eq!(attr.disabled(), 1);
-        assert_eq!(attr.sample_id_all(), 1);
+        assert_eq!(attr.sample_id_all(), 0);
+        assert_eq!(
+            attr.sample_type,
+            u64::from(
+                perf_event_open_sys::bindings::PERF_SAMPLE_TIME
+                    | perf_event_open_sys::bindings::PERF_SAMPLE_RAW
+            )
+        );
         assert_eq!(attr.use_clockid(), 1);
         assert_eq!(attr.watermark(), 1);
         assert_eq!(attr.clockid, libc::CLOCK_MONOTONIC);
@@ -759,14 +774,44 @@ mod tests {
 
     #[test]
     fn kernel_samples_arrive_in_order() {
+        use perf_event_open_sys::bindings::{
+            PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP, PERF_SAMPLE_PERIOD,
+            PERF_SAMPLE_RAW, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+        };
         let Some(id) = event_id() else { return };
+        // The layout the parser derives from the bits must be the kernel's, for the lean
+        // format ntprof-perf opens, the one with an id and CPU, and perf's usual one.
+        let formats = [
+            SampleFormat::LEAN,
+            SampleFormat::new(
+                (PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW)
+                    as u64,
+            )
+            .unwrap(),
+            SampleFormat::new(
+                (PERF_SAMPLE_IP
+                    | PERF_SAMPLE_TID
+                    | PERF_SAMPLE_TIME
+                    | PERF_SAMPLE_CPU
+                    | PERF_SAMPLE_PERIOD
+                    | PERF_SAMPLE_RAW) as u64,
+            )
+            .unwrap(),
+        ];
+        for format in formats {
+            samples_arrive_in_order(id, format);
+        }
+    }
+
+    fn samples_arrive_in_order(id: u64, format: SampleFormat) {
         let cpus = online_cpus().unwrap();
         // A second event on the same ring exercises SET_OUTPUT and id lookup; its filter
         // (no syscall has nr -1) keeps it silent, so every sample must map to index 0.
-        let cfg = GroupConfig::new(
+        let mut cfg = GroupConfig::new(
             vec![spec(id, None), spec(id, Some("__syscall_nr == -1"))],
             cpus,
         );
+        cfg.format = format;
         let Some(mut group) = open_or_skip(&cfg) else {
             return;
         };
@@ -790,20 +835,28 @@ mod tests {
             malformed += stats.malformed;
             assert_eq!(stats.ring_error, None);
             for (perf_id, time, sample_cpu, common_type) in samples {
-                assert_eq!(
-                    group.event_index(perf_id),
-                    Some(0),
-                    "unknown or filtered id"
-                );
+                if let Some(perf_id) = perf_id {
+                    assert_eq!(
+                        group.event_index(perf_id),
+                        Some(0),
+                        "unknown or filtered id"
+                    );
+                }
                 assert!(time >= last_time, "time went back on CPU {cpu}");
                 last_time = time;
-                assert_eq!(sample_cpu, cpu);
-                assert_eq!(common_type, Some((id as u16).to_le_bytes().to_vec()));
+                if let Some(c) = sample_cpu {
+                    assert_eq!(c, cpu, "{format:?}");
+                }
+                assert_eq!(
+                    common_type,
+                    Some((id as u16).to_le_bytes().to_vec()),
+                    "{format:?}"
+                );
                 ours += 1;
             }
         }
         assert_eq!(malformed, 0);
-        assert!(ours >= N, "saw {ours} samples, fired {N}");
+        assert!(ours >= N, "{format:?}: saw {ours} samples, fired {N}");
         assert!(group.event_index(u64::MAX).is_none());
     }
 

@@ -18,7 +18,7 @@ pub use group::{
     fds_needed, nofile_target, online_cpus, parse_cpu_list, raise_nofile, DrainStats, EventSpec,
     GroupConfig, NofileLimit, PerfGroup, DEFAULT_MMAP_PAGES, DEFAULT_WAKEUP_FRACTION, FD_MARGIN,
 };
-pub use record::{parse_record, Record, RecordError, Sample};
+pub use record::{parse_record, Record, RecordError, Sample, SampleFormat, UnsupportedSampleType};
 pub use ring::{walk_ring_bytes, Ring, RingError, WalkStats};
 
 /// Errors of the perf stage. Each names the event and CPU it concerns and, where the fix is

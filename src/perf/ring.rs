@@ -336,7 +336,7 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::perf::record::tests::sample_bytes;
+    use crate::perf::record::tests::{full, sample_bytes};
     use crate::perf::record::{parse_record, Record};
 
     /// Writes `bytes` into `ring` starting at logical position `pos`, wrapping at the end.
@@ -357,8 +357,8 @@ mod tests {
     fn ids(records: &[Vec<u8>]) -> Vec<u64> {
         records
             .iter()
-            .map(|r| match parse_record(r) {
-                Ok(Record::Sample(s)) => s.id,
+            .map(|r| match full().parse(r) {
+                Ok(Record::Sample(s)) => s.id.unwrap(),
                 other => panic!("not a sample: {other:?}"),
             })
             .collect()

@@ -29,6 +29,7 @@ pub mod block;
 pub mod nvme;
 pub mod nvme_tcp;
 pub mod nvmet;
+pub mod sample;
 
 use crate::correlate::Correlator;
 use crate::decode::{DecodeError, Decoder, Layout};

@@ -18,7 +18,8 @@ const CHUNK: usize = 1 << 16;
 
 pub struct CsvSink {
     out: Box<dyn Write>,
-    buf: String,
+    /// Bytes, not a `String`: numbers are rendered without a UTF-8 check each.
+    buf: Vec<u8>,
     what: String,
     clock: WallCache,
     rows: u64,
@@ -52,18 +53,18 @@ impl CsvSink {
     ) -> Result<CsvSink, SinkError> {
         let mut s = CsvSink {
             out,
-            buf: String::with_capacity(CHUNK + 4096),
+            buf: Vec::with_capacity(CHUNK + 4096),
             what,
             clock: WallCache::new(clock),
             rows: 0,
         };
         for (i, name) in schema.names().enumerate() {
             if i > 0 {
-                s.buf.push(',');
+                s.buf.push(b',');
             }
             push_field(&mut s.buf, name);
         }
-        s.buf.push('\n');
+        s.buf.push(b'\n');
         // The header goes out at once: a reader sees the columns before any row.
         s.flush()?;
         Ok(s)
@@ -73,16 +74,17 @@ impl CsvSink {
         let n = r.schema().columns.len();
         for i in 0..n {
             if i > 0 {
-                self.buf.push(',');
+                self.buf.push(b',');
             }
             match r.value(i) {
-                Value::Time(t) => self.clock.push(t, &mut self.buf),
+                Value::Time(t) => self.clock.push_bytes(t, &mut self.buf),
+                Value::U64(v) => crate::record::put_u64(&mut self.buf, v),
                 Value::Str(s) => push_field(&mut self.buf, s),
                 Value::String(s) => push_field(&mut self.buf, &s),
-                v => v.write_text(&mut self.buf),
+                v => v.write_bytes(&mut self.buf),
             }
         }
-        self.buf.push('\n');
+        self.buf.push(b'\n');
         self.rows += 1;
         if self.buf.len() >= CHUNK {
             self.write_buffered()?;
@@ -107,7 +109,7 @@ impl CsvSink {
     }
 
     fn write_buffered(&mut self) -> Result<(), SinkError> {
-        let res = self.out.write_all(self.buf.as_bytes());
+        let res = self.out.write_all(&self.buf);
         self.buf.clear();
         res.map_err(|source| self.err(source))
     }
@@ -132,18 +134,18 @@ impl CsvSink {
 }
 
 /// A cell, quoted when it holds a separator, a quote or a line break.
-fn push_field(buf: &mut String, s: &str) {
+fn push_field(buf: &mut Vec<u8>, s: &str) {
     if s.bytes().any(|b| matches!(b, b',' | b'"' | b'\n' | b'\r')) {
-        buf.push('"');
-        for c in s.chars() {
-            if c == '"' {
-                buf.push('"');
+        buf.push(b'"');
+        for &b in s.as_bytes() {
+            if b == b'"' {
+                buf.push(b'"');
             }
-            buf.push(c);
+            buf.push(b);
         }
-        buf.push('"');
+        buf.push(b'"');
     } else {
-        buf.push_str(s);
+        buf.extend_from_slice(s.as_bytes());
     }
 }
 
@@ -176,10 +178,10 @@ mod tests {
 
     #[test]
     fn fields_are_quoted_only_when_needed() {
-        let mut b = String::new();
+        let mut b = Vec::new();
         push_field(&mut b, "loop0");
-        b.push(',');
+        b.push(b',');
         push_field(&mut b, "a,\"b\"");
-        assert_eq!(b, "loop0,\"a,\"\"b\"\"\"");
+        assert_eq!(b, b"loop0,\"a,\"\"b\"\"\"");
     }
 }

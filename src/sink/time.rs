@@ -50,42 +50,84 @@ impl WallClock {
 }
 
 /// Renders many times of one run: the date and time of day are formatted once per
-/// second, each time then only appends its nanoseconds.
+/// second, each time then only appends its nanoseconds (no 128-bit division while the
+/// second stays the same).
 #[derive(Debug, Clone)]
 pub struct WallCache {
     clock: WallClock,
-    sec: i128,
-    prefix: String,
+    /// Start of the cached second, in ns since the epoch.
+    sec_start: i128,
+    /// Everything up to and including the '.' before the nanoseconds
+    /// (`2026-11-21 13:59:01.`), in a block appended whole and then cut to length.
+    prefix: [u8; 32],
+    prefix_len: usize,
 }
 
 impl WallCache {
     pub fn new(clock: WallClock) -> WallCache {
         WallCache {
             clock,
-            sec: i128::MIN,
-            prefix: String::new(),
+            sec_start: i128::MIN,
+            prefix: [0; 32],
+            prefix_len: 0,
         }
+    }
+
+    /// The prefix of `mono_ns`'s second, and its nanoseconds.
+    #[inline]
+    fn split(&mut self, mono_ns: u64) -> u64 {
+        let unix = mono_ns as i128 + self.clock.offset_ns;
+        let into = unix.wrapping_sub(self.sec_start);
+        if (0..1_000_000_000).contains(&into) {
+            return into as u64;
+        }
+        let sec_start = unix.div_euclid(1_000_000_000) * 1_000_000_000;
+        let full = format_utc(sec_start);
+        let p = &full.as_bytes()[..full.len() - 9];
+        // Years past 9999 would not fit the block: render them in full each time.
+        if p.len() <= self.prefix.len() {
+            self.prefix[..p.len()].copy_from_slice(p);
+            self.prefix_len = p.len();
+            self.sec_start = sec_start;
+        } else {
+            self.sec_start = i128::MIN;
+        }
+        (unix - sec_start) as u64
+    }
+
+    /// `v` < 10^9 as nine digits.
+    fn nanos(mut v: u64) -> [u8; 9] {
+        let mut digits = [b'0'; 9];
+        for i in (1..9).step_by(2).rev() {
+            let k = (v % 100) as usize;
+            v /= 100;
+            digits[i] = b'0' + (k / 10) as u8;
+            digits[i + 1] = b'0' + (k % 10) as u8;
+        }
+        digits[0] = b'0' + (v % 10) as u8;
+        digits
     }
 
     /// Append the wall-clock form of `mono_ns` (as [`WallClock::format`]).
     pub fn push(&mut self, mono_ns: u64, out: &mut String) {
-        let unix = mono_ns as i128 + self.clock.offset_ns;
-        let sec = unix.div_euclid(1_000_000_000);
-        if sec != self.sec {
-            let full = format_utc(sec * 1_000_000_000);
-            // Everything up to and including the '.' before the nanoseconds.
-            self.prefix = full[..full.len() - 9].to_string();
-            self.sec = sec;
+        let mut b = Vec::with_capacity(64);
+        self.push_bytes(mono_ns, &mut b);
+        out.push_str(std::str::from_utf8(&b).unwrap_or(""));
+    }
+
+    /// [`push`](WallCache::push) into bytes (the CSV sink's buffer).
+    #[inline]
+    pub fn push_bytes(&mut self, mono_ns: u64, out: &mut Vec<u8>) {
+        let nanos = self.split(mono_ns);
+        if self.sec_start == i128::MIN {
+            let unix = mono_ns as i128 + self.clock.offset_ns;
+            out.extend_from_slice(format_utc(unix).as_bytes());
+            return;
         }
-        out.push_str(&self.prefix);
-        let nanos = unix.rem_euclid(1_000_000_000) as u64;
-        let mut digits = [b'0'; 9];
-        let mut v = nanos;
-        for d in digits.iter_mut().rev() {
-            *d = b'0' + (v % 10) as u8;
-            v /= 10;
-        }
-        out.push_str(std::str::from_utf8(&digits).unwrap_or("000000000"));
+        let len = out.len();
+        out.extend_from_slice(&self.prefix);
+        out.truncate(len + self.prefix_len);
+        out.extend_from_slice(&Self::nanos(nanos));
     }
 }
 
@@ -210,6 +252,17 @@ mod tests {
             let mut s = String::new();
             cache.push(t, &mut s);
             assert_eq!(s, c.format(t));
+            let mut b = Vec::new();
+            cache.push_bytes(t, &mut b);
+            assert_eq!(b, c.format(t).as_bytes());
+        }
+        // Back and forth across seconds, and before the epoch.
+        let c = WallClock::with_offset(-2_500_000_000);
+        let mut cache = WallCache::new(c);
+        for t in [0u64, 3_000_000_000, 1, 2_499_999_999, 2_500_000_000, 7] {
+            let mut s = String::new();
+            cache.push(t, &mut s);
+            assert_eq!(s, c.format(t), "{t}");
         }
     }
 

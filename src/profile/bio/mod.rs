@@ -10,10 +10,10 @@
 pub mod correlate;
 pub mod events;
 
-use super::{EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
+use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::device::BlockDevice;
 use crate::filter::Filter;
-use crate::profile::block::{device_arg, devices};
+use crate::profile::block::{device_arg, devices, sector_sample_mask};
 use crate::record::{Schema, Tabled};
 use correlate::{BioConfig, BioCorrelator, BioRecord};
 use std::path::Path;
@@ -66,11 +66,16 @@ impl Profile for Bio {
     }
 
     fn args(&self) -> Vec<clap::Arg> {
-        vec![device_arg()]
+        vec![
+            device_arg(),
+            sample::sample_arg(),
+            sample::sample_align_arg(),
+        ]
     }
 
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {
         ctx.require(|_| true)?;
+        let rate = sample::rate(ctx)?;
         let mut b = PlanBuilder::new(ctx.tfs);
         let names = ctx.sys.names();
         let asked = devices(ctx, &mut b)?;
@@ -98,14 +103,20 @@ impl Profile for Bio {
             });
         }
         let v: Vec<u64> = devs.iter().map(|&d| d as u64).collect();
+        let traced: Vec<String> = devs.iter().filter_map(|d| names.get(d).cloned()).collect();
+        let mask = sector_sample_mask(ctx, &mut b, rate, &traced)?;
         for e in EVENTS.iter().filter(|e| ctx.has(e.system, e.event)) {
-            // A remap leaves the traced device: it is selected by where it came from.
-            let field = if e.event == "block_bio_remap" {
-                "old_dev"
+            // A remap leaves the traced device: it is selected by where it came from,
+            // and sampled by the sector it had there.
+            let (field, sector) = if e.event == "block_bio_remap" {
+                ("old_dev", "old_sector")
             } else {
-                "dev"
+                ("dev", "sector")
             };
-            let filter = Filter::one_of(field, &v);
+            let filter = Filter::and(
+                Filter::one_of(field, &v),
+                mask.and_then(|m| sample::filter(sector, m)),
+            );
             b.open(e.system, e.event, filter, |fmt| {
                 events::layout(fmt, e.system, e.event)
             })?;

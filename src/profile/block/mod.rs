@@ -8,7 +8,7 @@ pub mod correlate;
 pub mod events;
 pub mod record;
 
-use super::{EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
+use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::device::BlockDevice;
 use crate::filter::Filter;
 use crate::record::{Schema, Tabled};
@@ -103,6 +103,40 @@ pub fn dev_filter(devs: &[u32]) -> Option<Filter> {
     Filter::one_of("dev", &v)
 }
 
+/// `--sample` on the start sector (`sector`; a remap's `old_sector`): the filter that
+/// keeps 1 in `rate` I/Os of the `asked` devices, with the rate recorded in the plan.
+pub fn sector_sample<K: 'static>(
+    ctx: &PlanCtx<'_>,
+    b: &mut PlanBuilder<'_, K>,
+    rate: u32,
+    asked: &[BlockDevice],
+) -> Result<Option<Filter>, PlanError> {
+    let names: Vec<String> = asked.iter().map(|d| d.name.clone()).collect();
+    Ok(sector_sample_mask(ctx, b, rate, &names)?.and_then(|m| sample::filter("sector", m)))
+}
+
+/// The sector bits `--sample` tests (`None` without sampling); the default alignment
+/// takes the logical block sizes of `disks` into account.
+pub fn sector_sample_mask<K: 'static>(
+    ctx: &PlanCtx<'_>,
+    b: &mut PlanBuilder<'_, K>,
+    rate: u32,
+    disks: &[String],
+) -> Result<Option<u64>, PlanError> {
+    let lbs = ctx.sys.logical_block_sizes(disks);
+    let align = sample::align(ctx, lbs.into_values())?;
+    b.sample(rate);
+    if rate == 1 {
+        return Ok(None);
+    }
+    let mask = sample::sector_mask(rate, align);
+    b.note(format!(
+        "--sample {rate}: keeping I/Os whose start sector has bits {:#x} clear ({align}-byte alignment; see --sample-align)",
+        mask
+    ));
+    Ok(Some(mask))
+}
+
 /// Open `block:<event>`, decoding it into the profile's event type through `wrap`.
 pub fn open_block<K: 'static>(
     b: &mut PlanBuilder<'_, K>,
@@ -134,17 +168,20 @@ impl Profile for Block {
     }
 
     fn args(&self) -> Vec<clap::Arg> {
-        vec![device_arg()]
+        vec![
+            device_arg(),
+            sample::sample_arg(),
+            sample::sample_align_arg(),
+        ]
     }
 
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {
         ctx.require(|_| true)?;
+        let rate = sample::rate(ctx)?;
         let mut b = PlanBuilder::new(ctx.tfs);
-        let devs: Vec<u32> = devices(ctx, &mut b)?
-            .iter()
-            .map(BlockDevice::kernel_dev)
-            .collect();
-        let filter = dev_filter(&devs);
+        let asked = devices(ctx, &mut b)?;
+        let devs: Vec<u32> = asked.iter().map(BlockDevice::kernel_dev).collect();
+        let filter = Filter::and(dev_filter(&devs), sector_sample(ctx, &mut b, rate, &asked)?);
         for e in EVENTS.iter().filter(|e| ctx.has(e.system, e.event)) {
             open_block(&mut b, e.event, filter.clone(), |e| e)?;
         }

@@ -12,7 +12,8 @@ pub mod record;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use super::{EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
+use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
+use crate::filter::Filter;
 use crate::profile::block::dev_filter;
 use crate::record::{Schema, Tabled};
 use cmd::{NvmeConfig, DEFAULT_LBA_SIZE};
@@ -107,11 +108,14 @@ impl Profile for Nvme {
     }
 
     fn args(&self) -> Vec<clap::Arg> {
-        selection_args()
+        let mut v = selection_args();
+        v.push(sample::sample_arg());
+        v
     }
 
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {
         ctx.require(|_| true)?;
+        let rate = sample::rate(ctx)?;
         let mut cfg = NvmeConfig::from_ctx(ctx);
         let select = cfg.select.clone();
         // Host disks only: their block events give the time before the driver.
@@ -123,19 +127,28 @@ impl Profile for Nvme {
             .map(|(d, n)| (n, d))
             .collect();
         let mut b = PlanBuilder::new(ctx.tfs);
+        b.sample(rate);
         if cfg.disk_devs.is_empty() {
             b.note(format!(
                 "no nvme disks in /sys/class/block yet: LBA size assumed {DEFAULT_LBA_SIZE} (see the lba_size column), no block-layer stages"
             ));
+        } else if rate > 1 {
+            // Block events carry no command id: sampled by it, they would all still
+            // be written (the cost sampling removes) and mostly join nothing.
+            b.note(format!(
+                "--sample {rate}: block events are not traced (they carry no command id to sample by): no blk_to_driver_ns, total_ns"
+            ));
+            cfg.disk_devs.clear();
         }
+        let sampled = sample::filter("cid", sample::cid_mask(rate).into());
         // Block events only for the nvme disks known now: unfiltered they would carry
         // every disk's I/O through the rings for nothing.
         let disk_devs: Vec<u32> = cfg.disk_devs.values().copied().collect();
         let block_filter = dev_filter(&disk_devs);
         for e in EVENTS.iter().filter(|e| ctx.has(e.system, e.event)) {
             let filter = match e.event {
-                "nvme_setup_cmd" => select.cmd_filter(),
-                "nvme_complete_rq" => select.done_filter(),
+                "nvme_setup_cmd" => Filter::and(select.cmd_filter(), sampled.clone()),
+                "nvme_complete_rq" => Filter::and(select.done_filter(), sampled.clone()),
                 // No known disk: no block events at all.
                 _ => match &block_filter {
                     Some(f) => Some(f.clone()),

@@ -20,8 +20,8 @@ mod tests;
 mod tests_bounds;
 
 use super::{
-    EventReq, MergeError, Merged, Plan, PlanBuilder, PlanCtx, PlanError, Profile, Recording,
-    BLOCK_HINT,
+    sample, EventReq, MergeError, Merged, Plan, PlanBuilder, PlanCtx, PlanError, Profile,
+    Recording, BLOCK_HINT,
 };
 use crate::filter::Filter;
 use crate::profile::block::dev_filter;
@@ -92,20 +92,6 @@ pub(crate) const EVENTS: &[EventReq] = &[
     },
 ];
 
-/// `--sample N` as the mask of command id bits that must be 0: the generation counter
-/// (cid bits 12..15, bumped each time a tag is reused) changes with every command even
-/// at queue depth 1, where the tag bits stay the same.
-fn sample_mask(n: u32) -> Result<u16, PlanError> {
-    match n {
-        1 => Ok(0),
-        2 | 4 | 8 | 16 => Ok(((n - 1) as u16) << 12),
-        _ => Err(PlanError::Flag {
-            flag: format!("--sample {n}"),
-            why: "give 1, 2, 4, 8 or 16 (the command id has 4 generation bits to sample on)".into(),
-        }),
-    }
-}
-
 impl Profile for NvmeTcp {
     fn name(&self) -> &'static str {
         "nvme-tcp"
@@ -124,7 +110,7 @@ impl Profile for NvmeTcp {
     }
 
     fn args(&self) -> Vec<clap::Arg> {
-        use clap::{value_parser, Arg};
+        use clap::Arg;
         let mut v = selection_args();
         v.retain(|a| a.get_id() != "nsid");
         v.push(
@@ -134,13 +120,7 @@ impl Profile for NvmeTcp {
                 .value_parser(["host", "target", "both"])
                 .help("nvme-tcp: the side(s) of NVMe/TCP this machine traces: host, target, or both (default: loopback, or host and target of different connections). For two machines record --side host on one and --side target on the other, then join the CSVs with `ntprof-perf merge`"),
         );
-        v.push(
-            Arg::new("sample")
-                .long("sample")
-                .value_name("N")
-                .value_parser(value_parser!(u32))
-                .help("nvme-tcp: trace 1 in N I/Os (N = 1, 2, 4, 8 or 16), keeping every event of a sampled I/O. Chosen in the kernel by the command id's generation bits"),
-        );
+        v.push(sample::sample_arg());
         v
     }
 
@@ -149,8 +129,8 @@ impl Profile for NvmeTcp {
             .flag::<String>("side")
             .and_then(|s| Side::parse(&s))
             .unwrap_or_default();
-        let sample = ctx.flag::<u32>("sample").unwrap_or(1);
-        let mask = sample_mask(sample)?;
+        let sample = sample::rate(ctx)?;
+        let mask = sample::cid_mask(sample);
         let select = CmdSelect::from_flags(ctx);
         // A machine that is only an NVMe/TCP target has no host events.
         ctx.require(|e| !(side == Side::Target && e.system == "nvme_tcp"))?;
@@ -264,24 +244,4 @@ fn merge_recordings(inputs: &[Recording], max_skew_ns: u64) -> Result<Merged, Me
         summary,
         warning,
     })
-}
-
-#[cfg(test)]
-mod sample_tests {
-    use super::*;
-
-    #[test]
-    fn sample_filters_test_one_generation_bit_each() {
-        let f = |n| Filter::bits_clear("cid", sample_mask(n).unwrap() as u64).map(|f| f.render());
-        assert_eq!(sample_mask(1).unwrap(), 0);
-        assert_eq!(f(1), None);
-        assert_eq!(sample_mask(2).unwrap(), 0x1000);
-        assert_eq!(f(2).as_deref(), Some("!(cid & 4096)"));
-        assert_eq!(sample_mask(16).unwrap(), 0xf000);
-        assert_eq!(f(4).as_deref(), Some("!(cid & 4096) && !(cid & 8192)"));
-        for bad in [0, 3, 32, 1000] {
-            let e = sample_mask(bad).unwrap_err().to_string();
-            assert!(e.contains("--sample"), "{e}");
-        }
-    }
 }

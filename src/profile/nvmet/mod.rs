@@ -4,7 +4,8 @@
 pub mod correlate;
 pub mod events;
 
-use super::{EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile};
+use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile};
+use crate::filter::Filter;
 use crate::profile::nvme::cmd::NvmeConfig;
 use crate::profile::nvme::selection_args;
 use crate::record::{Schema, Tabled};
@@ -47,19 +48,26 @@ impl Profile for Nvmet {
     }
 
     fn args(&self) -> Vec<clap::Arg> {
-        selection_args()
+        let mut v = selection_args();
+        v.push(sample::sample_arg());
+        v
     }
 
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {
         ctx.require(|_| true)?;
+        let rate = sample::rate(ctx)?;
         let cfg = NvmeConfig::from_ctx(ctx);
         let select = cfg.select.clone();
         let mut b = PlanBuilder::new(ctx.tfs);
+        b.sample(rate);
+        // The host's command ids: a Linux host's carry its generation bits.
+        let sampled = sample::filter("cid", sample::cid_mask(rate).into());
         for e in EVENTS {
             let filter = match e.event {
                 "nvmet_req_init" => select.cmd_filter(),
                 _ => select.done_filter(),
             };
+            let filter = Filter::and(filter, sampled.clone());
             b.open(e.system, e.event, filter, |fmt| {
                 events::layout(fmt, e.system, e.event)
             })?;
