@@ -207,7 +207,9 @@ fn check_joint(s: &Shape, rows: &[Row], ios: usize, ctrl: &str) -> (i64, i64) {
 /// of a sample (kernel/events/core.c, `__perf_event_header__init_id`), so the
 /// recorders see one tracepoint hit a sample-write apart, or much more when an
 /// interrupt lands between the two writes (milliseconds under TCG). Pushes the
-/// difference of every other time cell to `diffs`.
+/// difference of every other time cell to `diffs`. What is counted at an event's time
+/// (`qd`, and `candidates`: the bios waiting at the request's place when it was
+/// queued) can differ between recorders for the same reason.
 fn compare(what: &str, joint: &Row, merged: &Row, diffs: &mut Vec<i64>) {
     for (k, j) in joint {
         let m = &merged[k];
@@ -215,7 +217,7 @@ fn compare(what: &str, joint: &Row, merged: &Row, diffs: &mut Vec<i64>) {
             k.as_str(),
             "host_recv_ns" | "host_last_recv_ns" | "target_recv_ns"
         );
-        if k == "start_time" {
+        if matches!(k.as_str(), "start_time" | "qd" | "target_qd" | "candidates") {
             continue;
         }
         if k.ends_with("_ns") && !from_recv_time && !j.is_empty() && !m.is_empty() {

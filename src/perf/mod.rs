@@ -8,6 +8,7 @@
 //! `record.rs` pure record parsing, `group.rs` all events on all CPUs.
 
 pub mod group;
+pub mod host;
 pub mod record;
 pub mod ring;
 mod sys;
@@ -15,8 +16,10 @@ mod sys;
 use std::io;
 
 pub use group::{
-    fds_needed, nofile_target, online_cpus, parse_cpu_list, raise_nofile, DrainStats, EventSpec,
-    GroupConfig, NofileLimit, PerfGroup, DEFAULT_MMAP_PAGES, DEFAULT_WAKEUP_FRACTION, FD_MARGIN,
+    DrainStats, EventSpec, GroupConfig, PerfGroup, DEFAULT_MMAP_PAGES, DEFAULT_WAKEUP_FRACTION,
+};
+pub use host::{
+    fds_needed, nofile_target, online_cpus, parse_cpu_list, raise_nofile, NofileLimit, FD_MARGIN,
 };
 pub use record::{parse_record, Record, RecordError, Sample, SampleFormat, UnsupportedSampleType};
 pub use ring::{walk_ring_bytes, Ring, RingError, WalkStats};
