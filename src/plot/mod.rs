@@ -179,35 +179,81 @@ impl Data {
     /// Which stages are totals, drawn as a mark over the stacked parts rather than as a
     /// part: a stage named `*total*`, or one that equals the sum of the other non-total
     /// stages of the same I/O (within 1 % + 1 µs) in at least 90 % of the I/Os where
-    /// both are known (block's q2c = q2d + d2c). Checked on the data, so no profile has
-    /// to declare it.
+    /// both are known (block's q2c = q2d + d2c), or exactly the sum of some two or more
+    /// of them (nvme-tcp's waiting = network + the four target stages: stacking it as
+    /// well would count that time twice). Checked on the data, so no profile has to
+    /// declare it.
     pub fn totals(&self) -> Vec<bool> {
         let names = self.stage_names();
+        let n = names.len();
         let mut total: Vec<bool> = names.iter().map(|n| n.contains("total")).collect();
-        for s in 0..names.len() {
+        // A sample of the I/Os is enough to tell a sum from a coincidence.
+        let points: Vec<&Vec<Option<u64>>> = self
+            .groups
+            .iter()
+            .flat_map(|g| g.points.iter().map(|(_, v)| v))
+            .take(4000)
+            .collect();
+        let sums_to = |s: usize, parts: &[usize]| -> bool {
+            let (mut seen, mut equal) = (0u64, 0u64);
+            for vals in &points {
+                let Some(v) = vals[s] else { continue };
+                let known: Vec<u64> = parts.iter().filter_map(|&k| vals[k]).collect();
+                if known.len() != parts.len() {
+                    continue;
+                }
+                seen += 1;
+                // Exactly (stages are differences of the same marks): with a
+                // tolerance, small stages would match sums of other small ones.
+                let sum: u64 = known.iter().sum();
+                if v.abs_diff(sum) <= parts.len() as u64 {
+                    equal += 1;
+                }
+            }
+            seen > 0 && equal * 10 >= seen * 9
+        };
+        for s in 0..n {
             if total[s] {
                 continue;
             }
+            // Every other part (with the ones that are unknown for an I/O left out).
             let (mut seen, mut equal) = (0u64, 0u64);
-            for g in &self.groups {
-                for (_, vals) in &g.points {
-                    let Some(v) = vals[s] else { continue };
-                    let parts: Vec<u64> = (0..names.len())
-                        .filter(|&k| k != s && !total[k])
-                        .filter_map(|k| vals[k])
-                        .collect();
-                    if parts.is_empty() {
-                        continue;
-                    }
-                    let sum: u64 = parts.iter().sum();
-                    seen += 1;
-                    if v.abs_diff(sum) <= 1000 + v / 100 {
-                        equal += 1;
-                    }
+            for vals in &points {
+                let Some(v) = vals[s] else { continue };
+                let parts: Vec<u64> = (0..n)
+                    .filter(|&k| k != s && !total[k])
+                    .filter_map(|k| vals[k])
+                    .collect();
+                if parts.is_empty() {
+                    continue;
+                }
+                let sum: u64 = parts.iter().sum();
+                seen += 1;
+                if v.abs_diff(sum) <= 1000 + v / 100 {
+                    equal += 1;
                 }
             }
             if seen > 0 && equal * 10 >= seen * 9 {
                 total[s] = true;
+                continue;
+            }
+            // Some of them: every subset of two or more (stages are few).
+            let others: Vec<usize> = (0..n).filter(|&k| k != s && !total[k]).collect();
+            if others.len() > 16 {
+                continue;
+            }
+            for mask in 1u32..(1 << others.len()) {
+                if mask.count_ones() < 2 || mask.count_ones() as usize == others.len() {
+                    continue;
+                }
+                let parts: Vec<usize> = (0..others.len())
+                    .filter(|b| mask & (1 << b) != 0)
+                    .map(|b| others[b])
+                    .collect();
+                if sums_to(s, &parts) {
+                    total[s] = true;
+                    break;
+                }
             }
         }
         // Everything a total would leave nothing to stack: draw them as parts.
@@ -277,5 +323,61 @@ mod tests {
         assert_eq!(percentile(&v, 0.0), Some(1));
         assert_eq!(percentile(&[], 50.0), None);
         assert_eq!(mean(&[1, 2]), Some(1.5));
+    }
+
+    /// nvme-tcp's stages: host_total and target_total by name, waiting because it is the
+    /// sum of network and the four target stages; the others are the parts.
+    #[test]
+    fn sums_of_some_stages_are_totals_not_parts() {
+        use crate::profile::nvme_tcp::model::TcpRecord;
+        use crate::record::Tabled;
+        let schema = TcpRecord::table();
+        let names: Vec<&str> = schema.stage_names().collect();
+        let at = |n: &str| names.iter().position(|x| *x == n).unwrap();
+        let points = (0..50u64)
+            .map(|i| {
+                let mut v = vec![Some(0u64); names.len()];
+                let parts = [
+                    ("blk_submission", 1000 + i),
+                    ("nvme_tcp_submission", 2000),
+                    ("nstack_completion", 3000 + 7 * i),
+                    ("nvme_tcp_completion", 400),
+                    ("blk_completion", 5000),
+                    ("nstack_submission", 6000 + i * i),
+                    ("nvmet_tcp_submission", 700),
+                    ("target_subsystem", 80_000 + 13 * i),
+                    ("nvmet_tcp_completion", 9000),
+                    ("network_transmission", 10_000 + 3 * i),
+                ];
+                for (n, x) in parts {
+                    v[at(n)] = Some(x);
+                }
+                let target: u64 = parts[5..9].iter().map(|p| p.1).sum();
+                let waiting = target + parts[9].1;
+                v[at("waiting")] = Some(waiting);
+                v[at("target_total")] = Some(target);
+                let host: u64 = parts[..5].iter().map(|p| p.1).sum::<u64>() + waiting;
+                v[at("host_total")] = Some(host);
+                (i as f64, v)
+            })
+            .collect();
+        let d = Data {
+            schema,
+            file: "t".into(),
+            groups: vec![Group {
+                name: "read".into(),
+                values: Vec::new(),
+                points,
+            }],
+            total: Vec::new(),
+        };
+        let totals: Vec<&str> = d
+            .totals()
+            .iter()
+            .zip(&names)
+            .filter(|(t, _)| **t)
+            .map(|(_, n)| *n)
+            .collect();
+        assert_eq!(totals, ["waiting", "host_total", "target_total"]);
     }
 }
