@@ -97,4 +97,35 @@ fn bio_on_dm_linear_and_hot_sectors_in_the_vm() {
             assert!(rows.iter().all(|r| r["chain"] == "complete"), "{name}");
         }
     }
+
+    // --sample 4 keeps 1 in 4 commands in the kernel (cid generation bits), every kept
+    // one whole: submitted and completed, nothing unmatched.
+    for p in ["nvme", "nvmet"] {
+        let name = format!("sample-{p}");
+        let err = read(&o.join(format!("{name}.err")));
+        assert_clean(&name, &err);
+        assert!(err.contains("sampled 1 in 4"), "{name}: {err}");
+        let rows = read_csv(&o.join(format!("{name}.csv")));
+        let fio = fio_ios(&o.join(format!("fio-{name}.json")));
+        assert_eq!(fio, 2 * NIOS, "{name}");
+        let kept = rows.len() as u64;
+        assert!(
+            (fio / 4 * 3 / 4..=fio / 4 * 5 / 4).contains(&kept),
+            "{name}: kept {kept} of {fio}, not about 1 in 4"
+        );
+        let stage = if p == "nvme" {
+            "driver_ns"
+        } else {
+            "target_ns"
+        };
+        for r in &rows {
+            assert_eq!(r["status"], "ok", "{name}: {r:?}");
+            assert!(num(r, stage) > 0, "{name}: {r:?}");
+            assert_eq!(
+                num(r, "cid") & 0x3000,
+                0,
+                "{name}: cid bits 12-13 clear: {r:?}"
+            );
+        }
+    }
 }

@@ -58,4 +58,9 @@ if grep -q '^nvme-tcp  *supported' "$O/list.txt"; then
     # shellcheck disable=SC2086
     run hot-nvme-tcp --profile nvme-tcp -- $HOT
 fi
+# --- 3. in-kernel sampling on the nvme and nvmet profiles: 1 in 4 commands by cid
+for p in nvme nvmet; do
+    run "sample-$p" --profile "$p" --sample 4 -- --filename="$DISK" --ioengine=psync \
+        --rw=randread --bs=4k --size=64m --number_ios=$((NIOS * 2))
+done
 echo "stacked: done"
