@@ -56,6 +56,8 @@ pub struct Sorter<T> {
     late: u64,
     held: usize,
     max_held: usize,
+    /// Nothing at or after this is released by `end_round` (see [`Sorter::hold_until`]).
+    hold: Option<u64>,
 }
 
 impl<T> Default for Sorter<T> {
@@ -68,6 +70,7 @@ impl<T> Default for Sorter<T> {
             late: 0,
             held: 0,
             max_held: 0,
+            hold: None,
         }
     }
 }
@@ -117,9 +120,18 @@ impl<T> Sorter<T> {
     /// the start of the previous round.
     pub fn end_round(&mut self, mut out: impl FnMut(u64, T)) {
         if let Some(bound) = self.bound {
+            let bound = self.hold.map_or(bound, |h| h.min(bound));
             self.release(Some(bound), &mut out);
             self.released_up_to = self.released_up_to.max(bound);
         }
+    }
+
+    /// Hold back every event from `t` on, whatever the round bound says, until a later
+    /// call moves or lifts (`None`) the hold. The live loop holds events until the
+    /// kernel's counts up to their time are known, so that the correlator hears of a
+    /// missing sample before it sees the events after it.
+    pub fn hold_until(&mut self, t: Option<u64>) {
+        self.hold = t;
     }
 
     /// Release everything (end of the run).

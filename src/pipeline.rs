@@ -8,6 +8,7 @@
 use crate::correlate::Correlator;
 use crate::decode::{Decoder, Event};
 use crate::order::Sorter;
+use crate::perf::ledger::Ledger;
 use crate::perf::{PerfGroup, Record};
 use crate::record::IoRecord;
 use crate::sink::{Health, SinkError};
@@ -23,6 +24,8 @@ pub struct Pipeline<C: Correlator> {
     /// Newest sample time decoded so far.
     newest: u64,
     loss: Option<Loss>,
+    /// The correlator attributes missing samples itself (see `Correlator::on_missing`).
+    attributes_missing: bool,
 }
 
 /// What the kernel's dropped samples cost, attributed from the records: the rings say
@@ -50,6 +53,16 @@ impl<C: Correlator> Pipeline<C> {
             bad_records: 0,
             newest: 0,
             loss: None,
+            attributes_missing: false,
+        }
+    }
+
+    /// `n` samples of `event` never arrived, all stamped no later than `before`.
+    pub fn on_missing(&mut self, event: &str, n: u64, before: u64) {
+        // Completions unmatched from here on may have lost their start.
+        self.note_loss();
+        if self.corr.on_missing(event, n, before) {
+            self.attributes_missing = true;
         }
     }
 
@@ -80,6 +93,11 @@ impl<C: Correlator> Pipeline<C> {
                 None
             }
         }
+    }
+
+    /// Hold back events from `t` on (see `Sorter::hold_until`).
+    pub fn hold_until(&mut self, t: Option<u64>) {
+        self.sorter.hold_until(t);
     }
 
     /// Start of a drain round: `now` is the recording clock, read before any ring of the
@@ -119,19 +137,23 @@ impl<C: Correlator> Pipeline<C> {
     /// Counters so far; `lost` is filled in by the caller that owns the rings.
     pub fn health(&self) -> Health {
         Health {
-            lost: Vec::new(),
             samples: self.samples,
             bad_records: self.bad_records,
             late: self.sorter.late(),
             counters: self.corr.counters(),
+            // I/Os seen in part: rows the correlator cut (or, when it cannot, incomplete
+            // rows that started before a loss) and completions unmatched since the
+            // first loss.
             lost_ios: self.loss.map_or(0, |l| {
-                l.cut
-                    + self
-                        .corr
-                        .counters()
-                        .unmatched
-                        .saturating_sub(l.unmatched_before)
+                let c = self.corr.counters();
+                let cut = if self.attributes_missing {
+                    c.cut
+                } else {
+                    l.cut
+                };
+                cut + c.unmatched.saturating_sub(l.unmatched_before)
             }),
+            ..Health::default()
         }
     }
 }
@@ -149,6 +171,11 @@ pub trait Stages {
     fn health(&self) -> Health;
     /// The rings reported lost samples since the last drain.
     fn note_loss(&mut self);
+    /// `n` samples of `event` (`system:name`) were counted by the kernel and never
+    /// arrived, all stamped no later than `before`.
+    fn on_missing(&mut self, event: &str, n: u64, before: u64);
+    /// Hold back events from `t` on until the kernel's counts up to them are known.
+    fn hold_until(&mut self, t: Option<u64>);
 }
 
 impl<C: Correlator> Stages for Pipeline<C> {
@@ -173,6 +200,12 @@ impl<C: Correlator> Stages for Pipeline<C> {
     }
     fn note_loss(&mut self) {
         Pipeline::note_loss(self)
+    }
+    fn on_missing(&mut self, event: &str, n: u64, before: u64) {
+        Pipeline::on_missing(self, event, n, before)
+    }
+    fn hold_until(&mut self, t: Option<u64>) {
+        Pipeline::hold_until(self, t)
     }
 }
 
@@ -223,8 +256,126 @@ pub struct LiveOptions {
     pub deadline: Option<Instant>,
 }
 
-/// Run until a stop condition, then drain once more, flush and give up what is in
-/// flight. A sink error stops the run (after the rings are disabled) and is returned.
+/// How long after a count snapshot every sample stamped before it has surely been
+/// written: a tracepoint writes its sample within microseconds of counting it.
+const SETTLE: Duration = Duration::from_millis(10);
+/// After disabling, how long the final drain may wait for samples the counts say were
+/// written but have not arrived.
+const FINAL_WAIT: Duration = Duration::from_millis(500);
+
+/// The kernel's counts against what arrived, through a run: a snapshot of the counts
+/// at the start of a round, settled after a drain that began [`SETTLE`] later, and
+/// the [`Ledger`] that turns the tallies into missing samples.
+struct Counting {
+    ledger: Ledger,
+    names: Vec<String>,
+    pending: Option<Instant>,
+    next: Instant,
+    every: Duration,
+}
+
+impl Counting {
+    fn new(group: &PerfGroup) -> Counting {
+        let fds = group.ring_count() * group.event_count();
+        Counting {
+            ledger: Ledger::new(),
+            names: group.type_names().to_vec(),
+            pending: None,
+            next: Instant::now(),
+            // One read(2) per event and CPU: a few dozen per second on a large host.
+            every: Duration::from_millis(25).max(Duration::from_micros(50) * fds as u32),
+        }
+    }
+
+    /// At the start of a round: take a snapshot when one is due; returns whether the
+    /// pending one settles after this round's drain.
+    fn before_drain(&mut self, group: &mut PerfGroup) -> Result<bool, RunError> {
+        let now = Instant::now();
+        match self.pending {
+            Some(t) => Ok(now.duration_since(t) >= SETTLE),
+            None if now >= self.next => {
+                group.snapshot()?;
+                self.pending = Some(now);
+                Ok(false)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn after_drain(&mut self, group: &mut PerfGroup, pipe: &mut dyn Stages) {
+        if let Some(tallies) = group.settle() {
+            let (missing, confirmed) = self.ledger.update(&tallies, false);
+            for m in missing {
+                pipe.on_missing(&self.names[m.event], m.n, m.before);
+            }
+            if let Some(t) = confirmed {
+                pipe.hold_until(Some(t));
+            }
+        }
+        self.pending = None;
+        self.next = Instant::now() + self.every;
+    }
+
+    /// After the events are disabled: drain until the counts say every sample written
+    /// has arrived (or nothing more comes and a bounded wait ends), then report the
+    /// exact shortfall.
+    fn finish(
+        &mut self,
+        group: &mut PerfGroup,
+        pipe: &mut dyn Stages,
+        sink: &mut dyn RecordSink,
+    ) -> Result<(), RunError> {
+        // A snapshot taken while enabled is superseded by the final counts.
+        let _ = group.settle();
+        let start = Instant::now();
+        let mut quiet = 0;
+        loop {
+            group.snapshot()?;
+            let before = pipe.health().samples;
+            drain_round(group, pipe, sink)?;
+            let tallies = group.settle().unwrap_or_default();
+            let arrived = pipe.health().samples > before;
+            // Without PERF_FORMAT_LOST a ring's LOST total stands for its events'.
+            let lost_records: u64 = group.lost().iter().map(|(_, n)| n).sum();
+            let unexplained: u64 = match group.has_lost_format() {
+                true => tallies
+                    .iter()
+                    .map(|t| t.missing().saturating_sub(t.lost.unwrap_or(0)))
+                    .sum(),
+                false => tallies
+                    .iter()
+                    .map(|t| t.missing())
+                    .sum::<u64>()
+                    .saturating_sub(lost_records),
+            };
+            quiet = if arrived { 0 } else { quiet + 1 };
+            let waited = start.elapsed();
+            if unexplained == 0
+                || waited >= FINAL_WAIT
+                || (quiet >= 3 && waited >= Duration::from_millis(20))
+            {
+                for m in self.ledger.update(&tallies, true).0 {
+                    pipe.on_missing(&self.names[m.event], m.n, m.before);
+                }
+                pipe.hold_until(None);
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn health(&self, group: &PerfGroup, pipe: &dyn Stages) -> Health {
+        let mut h = pipe.health();
+        let losses = self.ledger.losses(&group.lost());
+        h.set_losses(losses.lost, losses.dropped);
+        h.throttled = group.throttled().iter().map(|(_, n)| n).sum();
+        h
+    }
+}
+
+/// Run until a stop condition, then drain until the kernel's counts say every sample
+/// has arrived, flush, and give up what is in flight. A sink error stops the run
+/// (after the rings are disabled) and is returned.
 pub fn run_live(
     group: &mut PerfGroup,
     pipe: &mut dyn Stages,
@@ -232,50 +383,57 @@ pub fn run_live(
     should_stop: &mut dyn FnMut() -> Result<Option<StopReason>, RunError>,
     sink: &mut dyn RecordSink,
 ) -> Result<(StopReason, Health), RunError> {
+    let mut counting = Counting::new(group);
+    // Nothing reaches the correlator before the first counts are confirmed.
+    pipe.hold_until(Some(0));
+    let result = run_rounds(group, pipe, opts, should_stop, sink, &mut counting);
+    // Whatever ended the run, the events stop before anything else is reported.
+    let disabled = group.disable();
+    let reason = result?;
+    disabled?;
+    counting.finish(group, pipe, sink)?;
+    let mut first_err = None;
+    pipe.finish(&mut |r| deliver(sink, r, &mut first_err));
+    if let Some(e) = first_err {
+        return Err(e.into());
+    }
+    Ok((reason, counting.health(group, pipe)))
+}
+
+fn run_rounds(
+    group: &mut PerfGroup,
+    pipe: &mut dyn Stages,
+    opts: &LiveOptions,
+    should_stop: &mut dyn FnMut() -> Result<Option<StopReason>, RunError>,
+    sink: &mut dyn RecordSink,
+    counting: &mut Counting,
+) -> Result<StopReason, RunError> {
     let mut next_tick = opts.tick.map(|t| Instant::now() + t);
-    let reason = loop {
+    loop {
         let mut stop = should_stop()?;
         if stop.is_none() && opts.deadline.is_some_and(|d| Instant::now() >= d) {
             stop = Some(StopReason::Duration);
         }
         if let Some(r) = stop {
-            break r;
+            return Ok(r);
         }
         let mut wait = opts.poll;
         if let Some(d) = opts.deadline {
             wait = wait.min(d.saturating_duration_since(Instant::now()));
         }
         group.wait(wait)?;
-        if let Err(e) = drain_round(group, pipe, sink) {
-            let _ = group.disable();
-            return Err(e);
+        let settles = counting.before_drain(group)?;
+        drain_round(group, pipe, sink)?;
+        if settles {
+            counting.after_drain(group, pipe);
         }
         if let (Some(t), Some(next)) = (opts.tick, next_tick) {
             if Instant::now() >= next {
-                sink.tick(&health(group, pipe))?;
+                sink.tick(&counting.health(group, pipe))?;
                 next_tick = Some(next + t);
             }
         }
-    };
-    group.disable()?;
-    // Samples written before the disable are still in the rings. A sample a CPU was
-    // writing when the disable reached it is published a moment later: drain until a
-    // short wait brings nothing new.
-    drain_round(group, pipe, sink)?;
-    for _ in 0..5 {
-        let before = pipe.health().samples;
-        std::thread::sleep(Duration::from_millis(2));
-        drain_round(group, pipe, sink)?;
-        if pipe.health().samples == before {
-            break;
-        }
     }
-    let mut first_err = None;
-    pipe.finish(&mut |r| deliver(sink, r, &mut first_err));
-    if let Some(e) = first_err {
-        return Err(e.into());
-    }
-    Ok((reason, health(group, pipe)))
 }
 
 /// Hand one record to the sink, keeping only the first error (later records of the
@@ -288,12 +446,6 @@ fn deliver(sink: &mut dyn RecordSink, r: &dyn IoRecord, first_err: &mut Option<S
     }
 }
 
-fn health(group: &PerfGroup, pipe: &dyn Stages) -> Health {
-    let mut h = pipe.health();
-    h.lost = group.lost();
-    h
-}
-
 fn drain_round(
     group: &mut PerfGroup,
     pipe: &mut dyn Stages,
@@ -302,7 +454,6 @@ fn drain_round(
     // Before any ring is read: every sample stamped earlier is either visible in this
     // round's reads or still being written (the sorter's bound lags one round for those).
     pipe.begin_round(group.clock_now()?);
-    let lost_before: u64 = group.lost().iter().map(|(_, n)| n).sum();
     for ring in 0..group.ring_count() {
         // Rings are per CPU: samples do not repeat it (see `perf::record`).
         let cpu = group.ring_cpu(ring);
@@ -314,9 +465,6 @@ fn drain_round(
         // A ring walk that hit a corrupt size resynchronised at the head and skipped
         // what it could not parse: count it with the bad records, never silently.
         pipe.bad_records(stats.malformed + u64::from(stats.ring_error.is_some()));
-    }
-    if group.lost().iter().map(|(_, n)| n).sum::<u64>() > lost_before {
-        pipe.note_loss();
     }
     let mut first_err = None;
     pipe.end_round(&mut |r| deliver(sink, r, &mut first_err));

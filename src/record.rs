@@ -19,8 +19,12 @@ pub enum Status {
     /// Completed with an error status (the record's error column says which).
     Error,
     /// Never completed while we watched: in flight at the end of the run, or evicted to
-    /// bound memory, or its chain has a gap. The stages it reached are filled in.
+    /// bound memory. The stages it reached are filled in.
     Incomplete,
+    /// One of its events was counted by the kernel but never arrived (lost to a full
+    /// ring or dropped): the stages that event would have closed are empty, and none is
+    /// filled from a guess.
+    Dropped,
 }
 
 impl Status {
@@ -29,13 +33,19 @@ impl Status {
             Status::Ok => "ok",
             Status::Error => "error",
             Status::Incomplete => "incomplete",
+            Status::Dropped => "dropped",
         }
     }
 
     pub fn parse(s: &str) -> Option<Status> {
-        [Status::Ok, Status::Error, Status::Incomplete]
-            .into_iter()
-            .find(|st| st.as_str() == s)
+        [
+            Status::Ok,
+            Status::Error,
+            Status::Incomplete,
+            Status::Dropped,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
     }
 }
 
@@ -520,12 +530,15 @@ pub fn bad(column: &'static str, value: &str, expected: &'static str) -> RowErro
 }
 
 /// Losses and oddities a correlator saw: shown in every output, never silent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counters {
     /// Completions whose start was never seen (tracing began mid-I/O, or lost samples).
     pub unmatched: u64,
     /// I/Os given up: evicted to bound memory or still in flight at the end.
     pub incomplete: u64,
+    /// I/Os a missing sample cut (status `dropped`): one of their events was counted by
+    /// the kernel but never arrived.
+    pub cut: u64,
     /// I/Os currently in flight.
     pub in_flight: u64,
     /// Partial completions merged into one I/O.

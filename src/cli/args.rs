@@ -115,9 +115,17 @@ pub struct Selection {
     /// Stop after this many seconds (fractions allowed).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
-    /// Per-CPU ring size in pages (a power of two). Raise it when samples are lost.
-    #[arg(long, default_value_t = 256, value_name = "PAGES")]
-    pub mmap_pages: usize,
+    /// Per-CPU ring size in pages (a power of two). Default: 32 MiB spread over the
+    /// online CPUs, at least 256 and at most 2048 pages per CPU (1 to 8 MiB). Raise it
+    /// when samples are lost.
+    #[arg(long, value_name = "PAGES")]
+    pub mmap_pages: Option<usize>,
+    /// Run the reader at real-time priority (SCHED_FIFO, like `perf record -r`), so a
+    /// busy CPU cannot starve it while the rings fill. Takes a priority, 1-99 (default
+    /// 10 when given without one).
+    #[arg(long, value_name = "PRIO", num_args = 0..=1, default_missing_value = "10",
+          value_parser = clap::value_parser!(u8).range(1..=99))]
+    pub realtime: Option<u8>,
     /// tracefs mount to use (default: /sys/kernel/tracing, then /sys/kernel/debug/tracing).
     #[arg(long, value_name = "DIR")]
     pub tracefs: Option<PathBuf>,

@@ -31,6 +31,7 @@ struct Ready {
     plan: Plan,
     cpus: Vec<u32>,
     mmap_pages: usize,
+    realtime: Option<u8>,
     duration: Option<Duration>,
     command: Vec<String>,
 }
@@ -45,10 +46,13 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         )
     })?;
     refuse_foreign_flags(p, flags)?;
-    if !sel.mmap_pages.is_power_of_two() {
+    let cpus = online_cpus()?;
+    let mmap_pages = sel
+        .mmap_pages
+        .unwrap_or_else(|| default_ring_pages(cpus.len()));
+    if !mmap_pages.is_power_of_two() {
         bail!(
-            "--mmap-pages {}: the ring size must be a power of two (e.g. 64, 256, 1024)",
-            sel.mmap_pages
+            "--mmap-pages {mmap_pages}: the ring size must be a power of two (e.g. 64, 256, 1024)"
         );
     }
     let duration = sel.duration.map(|d| seconds("duration", d)).transpose()?;
@@ -70,11 +74,23 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
     Ok(Ready {
         profile: p,
         plan,
-        cpus: online_cpus()?,
-        mmap_pages: sel.mmap_pages,
+        cpus,
+        mmap_pages,
+        realtime: sel.realtime,
         duration,
         command: sel.command.clone(),
     })
+}
+
+/// Ring pages per CPU by default: 32 MiB over the CPUs, 1 to 8 MiB each. A few CPUs
+/// then get rings that hold a second of a busy device's samples, a large host no more
+/// than 1 MiB per CPU.
+fn default_ring_pages(cpus: usize) -> usize {
+    let page = 4096;
+    ((32 << 20) / cpus.max(1) / page)
+        .clamp(256, 2048)
+        .next_power_of_two()
+        .min(2048)
 }
 
 /// A profile flag given on the command line that the chosen profile does not take.
@@ -201,6 +217,13 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing signal handlers")?;
     }
+    if let Some(prio) = r.realtime {
+        ntprof_perf::perf::set_realtime(prio).with_context(|| {
+            format!(
+                "--realtime {prio}: setting SCHED_FIFO for the reader (needs root or CAP_SYS_NICE)"
+            )
+        })?;
+    }
     let pipe = r.plan.stages.as_mut();
     group.enable()?;
     let started = Instant::now();
@@ -282,17 +305,25 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         None => rows,
     };
     eprintln!("ntprof-perf: {rows}; {}", health.line());
-    if health.lost_total() > 0 {
+    if health.lost > 0 {
         eprintln!(
-            "ntprof-perf: warning: the kernel dropped {} samples because rings were full; rerun with a larger --mmap-pages (now {})",
-            health.lost_total(),
-            r.mmap_pages
+            "ntprof-perf: warning: {} samples were lost because rings were full; rerun with a larger --mmap-pages (now {}) or --realtime",
+            health.lost, r.mmap_pages
         );
+    }
+    if health.dropped > 0 {
+        eprintln!(
+            "ntprof-perf: warning: the kernel counted {} samples it never wrote, with no ring full and no LOST record ({}); the I/Os they cut are `dropped` rows, never paired with another I/O's event",
+            health.dropped,
+            health.dropped_per_cpu.text()
+        );
+    }
+    if health.missing() > 0 {
         if let Output::Rows(s) = &out {
             // Every I/O seen, written or left out by --min-latency.
             let whole = whole_ios_lost(&health, s.seen());
             eprintln!(
-                "ntprof-perf: the loss cost {} I/Os seen in part (their rows are `incomplete`, or their completion was unmatched) and ≈{whole} I/Os whose every event was lost",
+                "ntprof-perf: the missing samples cost {} I/Os seen in part (rows `dropped`, or a completion unmatched) and ≈{whole} I/Os whose every event was missing",
                 health.lost_ios
             );
         }
@@ -324,12 +355,12 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
 /// I/Os none of whose events reached the rings, estimated from the lost samples left
 /// after those of the I/Os seen in part, at the samples per I/O of the complete ones.
 fn whole_ios_lost(h: &Health, rows: u64) -> u64 {
-    let complete = rows.saturating_sub(h.counters.incomplete);
+    let complete = rows.saturating_sub(h.counters.incomplete + h.counters.cut);
     let seen = h.samples.saturating_sub(h.lost_ios);
     if complete == 0 || seen == 0 {
         return 0;
     }
-    let rest = h.lost_total().saturating_sub(h.lost_ios);
+    let rest = h.missing().saturating_sub(h.lost_ios);
     (rest as f64 * complete as f64 / seen as f64).round() as u64
 }
 

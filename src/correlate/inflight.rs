@@ -139,6 +139,16 @@ impl<K: Hash + Eq + Copy, V: Started> Inflight<K, V> {
         }
     }
 
+    /// Visit every entry, each key's in arrival order.
+    pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
+        for (k, slot) in &self.map {
+            match slot {
+                Slot::One(v) => f(k, v),
+                Slot::Many(q) => q.iter().for_each(|v| f(k, v)),
+            }
+        }
+    }
+
     /// Take the oldest entry under `key` that `pred` accepts; also says how many
     /// entries the key held before (more than one: the pairing was a choice).
     pub fn take_where(&mut self, key: &K, mut pred: impl FnMut(&V) -> bool) -> Option<(V, usize)> {

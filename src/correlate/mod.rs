@@ -29,6 +29,14 @@ pub trait Correlator {
     fn on_event(&mut self, ev: &Event<Self::Event>, out: &mut dyn FnMut(Self::Record));
     /// Give up every I/O still in flight (end of run).
     fn finish(&mut self, out: &mut dyn FnMut(Self::Record));
+    /// `n` samples of `event` (`system:name`) were counted by the kernel but never
+    /// arrived; every one was stamped no later than `before`. A correlator that can
+    /// name the I/Os they cut marks them `dropped` (counted in [`Counters::cut`]) and
+    /// never pairs them with a later I/O's event, and returns `true`. The default
+    /// returns `false`: the pipeline then estimates the cost from the records.
+    fn on_missing(&mut self, _event: &str, _n: u64, _before: u64) -> bool {
+        false
+    }
     fn counters(&self) -> Counters;
 }
 

@@ -1,6 +1,13 @@
 //! Stage 2 (perf), all rings: every configured tracepoint opened on every CPU, one ring per
 //! CPU, polled together. It hands parsed records to the caller ring by ring and counts
 //! losses per CPU; it must not decode payloads or merge rings by time (that is `order`).
+//!
+//! # Counting what the kernel counted
+//! The kernel's sampling path can give up a sample it has already counted, with no
+//! `PERF_RECORD_LOST` (see [`Tally`]). So every sample received is counted per CPU and
+//! per event (by the `common_type` its payload starts with: no id field is needed), and
+//! [`PerfGroup::snapshot`] reads each event's own count (`read(2)`, with the
+//! `PERF_FORMAT_LOST` count where the kernel has it) to compare.
 
 use std::ffi::CString;
 use std::io;
@@ -13,11 +20,16 @@ use super::host::{fds_needed, raise_nofile};
 use super::record::{Record, RecordError, SampleFormat};
 use super::ring::{Ring, RingError};
 use super::{sys, PerfError};
+use perf_event_open_sys::bindings::{PERF_RECORD_THROTTLE, PERF_RECORD_UNTHROTTLE};
 
 /// Data pages per CPU ring unless configured otherwise (1 MiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 256;
 /// Wake the reader when a ring is a quarter full.
 pub const DEFAULT_WAKEUP_FRACTION: u32 = 4;
+
+/// `PERF_FORMAT_LOST` (Linux 6.0): `read(2)` also returns how many of this event's samples
+/// found its ring full. Not in every architecture's bindings, hence spelled out.
+const PERF_FORMAT_LOST: u64 = 1 << 4;
 
 /// One tracepoint to open.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +83,8 @@ pub struct DrainStats {
     pub lost_records: u64,
     pub lost: u64,
     pub other: u64,
+    /// `PERF_RECORD_THROTTLE` records among `other`.
+    pub throttled: u64,
     /// Records that failed to parse; not passed on.
     pub malformed: u64,
     pub first_malformed: Option<RecordError>,
@@ -85,7 +99,54 @@ struct CpuRing {
     /// Indexed like `GroupConfig::events`; `fds[0]` owns the ring, the others write into it.
     fds: Vec<OwnedFd>,
     ring: Ring,
+    /// Samples reported lost by `PERF_RECORD_LOST` records.
     lost: u64,
+    /// `PERF_RECORD_THROTTLE` and `PERF_RECORD_UNTHROTTLE` records.
+    throttled: u64,
+    unthrottled: u64,
+    /// Samples received, per distinct tracepoint (`PerfGroup::types`).
+    received: Vec<u64>,
+    snap: Option<Snap>,
+}
+
+/// The kernel's counts of one ring's events at one moment, and the samples received
+/// that were stamped no later than that moment.
+#[derive(Debug, Clone)]
+struct Snap {
+    /// Sample clock, read right after the counts.
+    at: u64,
+    counted: Vec<u64>,
+    /// `PERF_FORMAT_LOST` counts (`None` where the kernel has none).
+    lost: Option<Vec<u64>>,
+    received: Vec<u64>,
+}
+
+/// One event on one CPU: what the kernel counted against what arrived.
+///
+/// `counted` is the event's own count (`read(2)`), which the kernel bumps before it
+/// tries to write the sample (`perf_swevent_event`); a sample it then gives up is in
+/// `counted` but neither in a ring nor in a `PERF_RECORD_LOST`. So
+/// `counted - received` is every sample that did not arrive, and of those, `lost`
+/// (when the kernel says) found the ring full; the rest were dropped silently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub cpu: u32,
+    /// Index into [`PerfGroup::type_names`].
+    pub event: usize,
+    /// Sample clock when `counted` was read.
+    pub at: u64,
+    pub counted: u64,
+    /// Samples received stamped no later than `at`.
+    pub received: u64,
+    /// Samples the ring had no room for (`PERF_FORMAT_LOST`); `None` before Linux 6.0.
+    pub lost: Option<u64>,
+}
+
+impl Tally {
+    /// Samples counted that did not arrive, lost or dropped.
+    pub fn missing(&self) -> u64 {
+        self.counted.saturating_sub(self.received)
+    }
 }
 
 /// Every configured event on every configured CPU. Dropping it unmaps the rings and closes
@@ -99,6 +160,13 @@ pub struct PerfGroup {
     /// The clock samples are stamped with (`GroupConfig::clockid`).
     clockid: i32,
     format: SampleFormat,
+    /// The distinct tracefs ids opened (a payload's `common_type`), and a name for each.
+    types: Vec<u16>,
+    type_names: Vec<String>,
+    /// Per event (like `GroupConfig::events`): its index in `types`.
+    type_of: Vec<usize>,
+    /// Whether the events were opened with `PERF_FORMAT_LOST`.
+    lost_format: bool,
 }
 
 impl PerfGroup {
@@ -145,21 +213,51 @@ impl PerfGroup {
             .unwrap_or(u32::MAX)
             .max(1);
 
+        let mut types: Vec<u16> = Vec::new();
+        let mut type_names = Vec::new();
+        let mut type_of = Vec::with_capacity(cfg.events.len());
+        for e in &cfg.events {
+            // `common_type` is 16 bits; a larger id never appears in a payload.
+            let t = e.tracefs_id as u16;
+            let i = types.iter().position(|&x| x == t).unwrap_or_else(|| {
+                types.push(t);
+                type_names.push(e.name.clone());
+                types.len() - 1
+            });
+            type_of.push(i);
+        }
+        let mut lost_format = true;
         let mut rings = Vec::with_capacity(cfg.cpus.len());
         let mut ids = Vec::with_capacity(cfg.cpus.len() * cfg.events.len());
         for &cpu in &cfg.cpus {
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(cfg.events.len());
             let mut ring = None;
             for (index, (event, filter)) in cfg.events.iter().zip(&filters).enumerate() {
-                let attr = tracepoint_attr(event.tracefs_id, cfg.clockid, watermark, cfg.format);
-                let fd = sys::perf_event_open(
-                    &attr,
-                    -1,
-                    cpu as i32,
-                    None,
-                    u64::from(PERF_FLAG_FD_CLOEXEC),
-                )
-                .map_err(|e| open_error(event, cpu, needed, e))?;
+                let mut attr =
+                    tracepoint_attr(event.tracefs_id, cfg.clockid, watermark, cfg.format);
+                let open = |attr: &perf_event_attr| {
+                    sys::perf_event_open(
+                        attr,
+                        -1,
+                        cpu as i32,
+                        None,
+                        u64::from(PERF_FLAG_FD_CLOEXEC),
+                    )
+                };
+                if !lost_format {
+                    attr.read_format &= !PERF_FORMAT_LOST;
+                }
+                let fd = match open(&attr) {
+                    // A kernel before 6.0 refuses the read_format bit it does not know:
+                    // the counts then come without the per-event lost count.
+                    Err(e) if lost_format && e.raw_os_error() == Some(libc::EINVAL) => {
+                        attr.read_format &= !PERF_FORMAT_LOST;
+                        let fd = open(&attr).map_err(|e| open_error(event, cpu, needed, e))?;
+                        lost_format = false;
+                        fd
+                    }
+                    r => r.map_err(|e| open_error(event, cpu, needed, e))?,
+                };
                 let ioctl_err = |op: &'static str| {
                     let name = event.name.clone();
                     move |source| PerfError::Ioctl {
@@ -199,6 +297,10 @@ impl PerfGroup {
                 fds,
                 ring,
                 lost: 0,
+                throttled: 0,
+                unthrottled: 0,
+                received: vec![0; types.len()],
+                snap: None,
             });
         }
         ids.sort_unstable();
@@ -208,7 +310,112 @@ impl PerfGroup {
             ids,
             clockid: cfg.clockid,
             format: cfg.format,
+            types,
+            type_names,
+            type_of,
+            lost_format,
         })
+    }
+
+    /// Names of the distinct tracepoints opened, indexed like [`Tally::event`].
+    pub fn type_names(&self) -> &[String] {
+        &self.type_names
+    }
+
+    /// Whether the kernel reports lost samples per event (`PERF_FORMAT_LOST`, Linux 6.0).
+    pub fn has_lost_format(&self) -> bool {
+        self.lost_format
+    }
+
+    /// Reads every event's own count, ring by ring, each ring's followed by a reading of
+    /// the sample clock. From then on the drains count the samples stamped no later than
+    /// that reading, until [`settle`](PerfGroup::settle) compares the two. Replaces a
+    /// snapshot not yet settled.
+    pub fn snapshot(&mut self) -> Result<(), PerfError> {
+        for r in 0..self.rings.len() {
+            let (counted, lost) = self.read_counts(r)?;
+            let at = self.clock_now()?;
+            let ring = &mut self.rings[r];
+            ring.snap = Some(Snap {
+                at,
+                counted,
+                lost,
+                // Everything received so far was stamped before `at`.
+                received: ring.received.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Compares the pending snapshot with the samples received since: one [`Tally`] per
+    /// CPU and tracepoint. Call it after a drain that began when every sample stamped
+    /// before the snapshot was surely written (a few ms later); `None` without a
+    /// snapshot.
+    pub fn settle(&mut self) -> Option<Vec<Tally>> {
+        let mut out = Vec::new();
+        for r in &mut self.rings {
+            let s = r.snap.take()?;
+            for (event, (&counted, &received)) in s.counted.iter().zip(&s.received).enumerate() {
+                out.push(Tally {
+                    cpu: r.cpu,
+                    event,
+                    at: s.at,
+                    counted,
+                    received,
+                    lost: s.lost.as_ref().map(|l| l[event]),
+                });
+            }
+        }
+        Some(out)
+    }
+
+    /// The snapshot time of the pending snapshot (the latest over the rings).
+    pub fn snapshot_at(&self) -> Option<u64> {
+        self.rings
+            .iter()
+            .filter_map(|r| r.snap.as_ref())
+            .map(|s| s.at)
+            .max()
+    }
+
+    /// Every event's count per distinct tracepoint of ring `r`, and its lost count.
+    fn read_counts(&self, r: usize) -> Result<(Vec<u64>, Option<Vec<u64>>), PerfError> {
+        let ring = &self.rings[r];
+        let mut counted = vec![0u64; self.types.len()];
+        let mut lost = self.lost_format.then(|| vec![0u64; self.types.len()]);
+        for (index, fd) in ring.fds.iter().enumerate() {
+            let mut buf = [0u8; 16];
+            let want = if self.lost_format { 16 } else { 8 };
+            let n = sys::read_counter(fd.as_fd(), &mut buf[..want]).map_err(|source| {
+                PerfError::Ioctl {
+                    op: "read of the event count",
+                    event: self.names[index].clone(),
+                    cpu: ring.cpu,
+                    source,
+                }
+            })?;
+            if n < want {
+                return Err(PerfError::ShortCount {
+                    event: self.names[index].clone(),
+                    cpu: ring.cpu,
+                    read: n,
+                    want,
+                });
+            }
+            let word =
+                |i: usize| u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+            let t = self.type_of[index];
+            counted[t] = counted[t].saturating_add(word(0));
+            if let Some(l) = lost.as_mut() {
+                l[t] = l[t].saturating_add(word(1));
+            }
+        }
+        Ok((counted, lost))
+    }
+
+    /// `(cpu, THROTTLE records)` for every ring.
+    pub fn throttled(&self) -> Vec<(u32, u64)> {
+        self.rings.iter().map(|r| (r.cpu, r.throttled)).collect()
     }
 
     /// Now, in ns on the clock the samples are stamped with, so it can be compared with
@@ -276,6 +483,11 @@ impl PerfGroup {
         }
     }
 
+    /// Number of events opened on each CPU.
+    pub fn event_count(&self) -> usize {
+        self.names.len()
+    }
+
     /// Number of rings (one per configured CPU).
     pub fn ring_count(&self) -> usize {
         self.rings.len()
@@ -301,20 +513,45 @@ impl PerfGroup {
     /// `ring >= ring_count()`.
     pub fn drain_ring(&mut self, ring: usize, mut f: impl FnMut(Record<'_>)) -> DrainStats {
         let format = self.format;
+        let types = &self.types;
         let r = &mut self.rings[ring];
         let lost_total = &mut r.lost;
+        let (throttled, unthrottled) = (&mut r.throttled, &mut r.unthrottled);
+        let received = &mut r.received;
+        let mut snap = r.snap.as_mut();
         let mut stats = DrainStats::default();
         let walk = r.ring.drain(|bytes| match format.parse(bytes) {
             Ok(record) => {
                 stats.records += 1;
                 match record {
-                    Record::Sample(_) => stats.samples += 1,
+                    Record::Sample(s) => {
+                        stats.samples += 1;
+                        if let [a, b, ..] = *s.raw {
+                            let ty = u16::from_le_bytes([a, b]);
+                            if let Some(t) = types.iter().position(|&x| x == ty) {
+                                received[t] += 1;
+                                if let Some(sn) = snap.as_deref_mut() {
+                                    if s.time <= sn.at {
+                                        sn.received[t] += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
                     Record::Lost { lost, .. } => {
                         stats.lost_records += 1;
                         stats.lost = stats.lost.saturating_add(lost);
                         *lost_total = lost_total.saturating_add(lost);
                     }
-                    Record::Other { .. } => stats.other += 1,
+                    Record::Other { kind } => {
+                        stats.other += 1;
+                        if kind == PERF_RECORD_THROTTLE {
+                            stats.throttled += 1;
+                            *throttled += 1;
+                        } else if kind == PERF_RECORD_UNTHROTTLE {
+                            *unthrottled += 1;
+                        }
+                    }
                 }
                 f(record);
             }
@@ -355,6 +592,7 @@ fn tracepoint_attr(
     };
     attr.__bindgen_anon_1.sample_period = 1;
     attr.__bindgen_anon_2.wakeup_watermark = watermark;
+    attr.read_format = PERF_FORMAT_LOST;
     attr.set_disabled(1);
     // No `sample_id_all`: a LOST record is counted against its ring, and its body has
     // the event id; the trailer would be parsed by nobody.

@@ -9,6 +9,7 @@
 
 pub mod group;
 pub mod host;
+pub mod ledger;
 pub mod record;
 pub mod ring;
 mod sys;
@@ -16,7 +17,8 @@ mod sys;
 use std::io;
 
 pub use group::{
-    DrainStats, EventSpec, GroupConfig, PerfGroup, DEFAULT_MMAP_PAGES, DEFAULT_WAKEUP_FRACTION,
+    DrainStats, EventSpec, GroupConfig, PerfGroup, Tally, DEFAULT_MMAP_PAGES,
+    DEFAULT_WAKEUP_FRACTION,
 };
 pub use host::{
     fds_needed, nofile_target, online_cpus, parse_cpu_list, raise_nofile, NofileLimit, FD_MARGIN,
@@ -127,6 +129,13 @@ pub enum PerfError {
     BadPageCount { pages: usize },
     #[error("wakeup fraction must be at least 1 (wake when the ring is 1/N full), got {0}")]
     BadWakeupFraction(u32),
+    #[error("read of the count of {event} on CPU {cpu} returned {read} bytes, expected {want}")]
+    ShortCount {
+        event: String,
+        cpu: u32,
+        read: usize,
+        want: usize,
+    },
     #[error("no events to open")]
     NoEvents,
     #[error("no CPUs to open events on")]
@@ -142,6 +151,12 @@ pub enum PerfError {
     },
     #[error("cannot parse CPU list {text:?}: {reason}")]
     BadCpuList { text: String, reason: &'static str },
+}
+
+/// Runs the calling thread (the reader) at real-time priority `prio` (1-99), as
+/// `perf record -r` does, so a busy CPU cannot starve the reader while rings fill.
+pub fn set_realtime(prio: u8) -> io::Result<()> {
+    sys::set_fifo(i32::from(prio))
 }
 
 /// For kernel tests: reports that the kernel cannot be used. With `NTPROF_REQUIRE_KERNEL=1`

@@ -1,5 +1,5 @@
 //! Stage 2 (perf), syscall layer: the only file that calls `perf_event_open`, `ioctl`,
-//! `mmap`, `munmap` and `poll`. Each wrapper is safe, returns `io::Result`, and hands out
+//! `mmap`, `munmap`, `poll` and the `read` of a counter. Each wrapper is safe, returns `io::Result`, and hands out
 //! fds as `OwnedFd` the moment the kernel returns them. It must not interpret records or
 //! know about events, CPUs or rings beyond the raw calls.
 
@@ -106,6 +106,12 @@ pub fn event_id(fd: BorrowedFd<'_>) -> io::Result<u64> {
     Ok(id)
 }
 
+/// `read(2)` of a perf event: its counter, in the layout its `read_format` asked for.
+/// Returns the bytes read (8 per u64 the layout holds).
+pub fn read_counter(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    nix::unistd::read(fd.as_raw_fd(), buf).map_err(io::Error::from)
+}
+
 /// The system page size; perf ring sizes are counted in these.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
@@ -183,4 +189,15 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) }
     })?;
     Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// `sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, prio)` for the calling
+/// thread: the command it starts afterwards runs at normal priority again.
+pub fn set_fifo(prio: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
+    let policy = libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK;
+    // SAFETY: `param` is a valid sched_param alive for the call, which only reads it.
+    check(|| unsafe { libc::sched_setscheduler(0, policy, &param) }).map(drop)
 }

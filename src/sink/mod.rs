@@ -49,47 +49,108 @@ pub enum SinkError {
     },
 }
 
-/// What the run lost or found odd so far; printed with every stat table and at exit.
+/// Per-CPU counts, serialised as `{"cpu": n}` with only the CPUs that have some.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PerCpu(pub Vec<(u32, u64)>);
+
+impl PerCpu {
+    pub fn total(&self) -> u64 {
+        self.0.iter().map(|(_, n)| n).sum()
+    }
+
+    /// `cpu0:3 cpu1:5`, the CPUs with a count only.
+    pub fn text(&self) -> String {
+        let per: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(c, n)| format!("cpu{c}:{n}"))
+            .collect();
+        per.join(" ")
+    }
+}
+
+impl serde::Serialize for PerCpu {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        for (cpu, n) in self.0.iter().filter(|(_, n)| *n > 0) {
+            m.serialize_entry(&cpu.to_string(), n)?;
+        }
+        m.end()
+    }
+}
+
+/// What the run lost or found odd so far: printed with every stat table, at exit, in
+/// `stat --json` and in the Parquet metadata, all from this one structure.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Health {
-    /// Samples the kernel dropped because a ring was full, per CPU.
-    pub lost: Vec<(u32, u64)>,
     pub samples: u64,
+    /// Samples the kernel could not write because a ring was full (`PERF_RECORD_LOST`,
+    /// or the event's own lost count), and per CPU.
+    pub lost: u64,
+    pub lost_per_cpu: PerCpu,
+    /// Samples the kernel counted but never wrote, with no LOST record (see
+    /// `perf::group`), and per CPU.
+    pub dropped: u64,
+    pub dropped_per_cpu: PerCpu,
+    /// `PERF_RECORD_THROTTLE` records: the kernel stopped sampling for a while.
+    pub throttled: u64,
+    #[serde(flatten)]
+    pub counters: Counters,
+    /// I/Os the lost or dropped samples cost, as far as the records show.
+    pub lost_ios: u64,
     /// Records that could not be parsed or decoded (truncated, unknown layout).
     pub bad_records: u64,
     /// Events that arrived after newer ones had been released (see `order`).
     pub late: u64,
-    pub counters: Counters,
-    /// I/Os the lost samples cost, as far as the records show (see `pipeline::Loss`).
-    pub lost_ios: u64,
 }
 
 impl Health {
-    pub fn lost_total(&self) -> u64 {
-        self.lost.iter().map(|(_, n)| n).sum()
+    pub fn set_losses(&mut self, lost: Vec<(u32, u64)>, dropped: Vec<(u32, u64)>) {
+        self.lost_per_cpu = PerCpu(lost);
+        self.lost = self.lost_per_cpu.total();
+        self.dropped_per_cpu = PerCpu(dropped);
+        self.dropped = self.dropped_per_cpu.total();
     }
 
-    /// One line: `samples 10 lost 0 unmatched 0 incomplete 0 ...`.
+    /// Samples that did not arrive, for whatever reason.
+    pub fn missing(&self) -> u64 {
+        self.lost + self.dropped
+    }
+
+    /// The counters as JSON object members, in declaration order.
+    pub fn json(&self) -> serde_json::Map<String, serde_json::Value> {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        }
+    }
+
+    /// One line: `samples 10  lost 0  dropped 0  unmatched 0 ...`.
     pub fn line(&self) -> String {
-        let mut s = format!("samples {}  lost {}", self.samples, self.lost_total());
-        if self.lost_total() > 0 {
-            let per: Vec<String> = self
-                .lost
-                .iter()
-                .filter(|(_, n)| *n > 0)
-                .map(|(c, n)| format!("cpu{c}:{n}"))
-                .collect();
-            s.push_str(&format!(
-                " ({}), costing {} I/Os",
-                per.join(" "),
-                self.lost_ios
-            ));
+        let mut s = format!("samples {}  lost {}", self.samples, self.lost);
+        if self.lost > 0 {
+            s.push_str(&format!(" ({})", self.lost_per_cpu.text()));
+        }
+        s.push_str(&format!("  dropped {}", self.dropped));
+        if self.dropped > 0 {
+            s.push_str(&format!(" ({})", self.dropped_per_cpu.text()));
+        }
+        if self.missing() > 0 {
+            s.push_str(&format!(", costing {} I/Os", self.lost_ios));
+        }
+        if self.throttled > 0 {
+            s.push_str(&format!("  throttled {}", self.throttled));
         }
         let c = &self.counters;
         s.push_str(&format!(
             "  unmatched {}  incomplete {}  in-flight {}",
             c.unmatched, c.incomplete, c.in_flight
         ));
+        if c.cut > 0 {
+            s.push_str(&format!("  cut {}", c.cut));
+        }
         if c.partial > 0 || c.requeued > 0 {
             s.push_str(&format!("  partial {}  requeued {}", c.partial, c.requeued));
         }

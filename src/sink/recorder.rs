@@ -121,9 +121,10 @@ impl StatusLine {
             format!("{written} rows written of {seen} I/Os")
         };
         let line = format!(
-            "\r\x1b[Kntprof-perf: {rows}  {rate:.0} I/Os/s  samples {}  lost {}  in-flight {}",
+            "\r\x1b[Kntprof-perf: {rows}  {rate:.0} I/Os/s  samples {}  lost {}  dropped {}  in-flight {}",
             health.samples,
-            health.lost_total(),
+            health.lost,
+            health.dropped,
             health.counters.in_flight
         );
         // A status line that cannot be drawn is not worth stopping a recording for.
@@ -319,7 +320,7 @@ mod tests {
         );
         assert!(
             draws[2].contains(
-                "150 rows written of 300 I/Os  100 I/Os/s  samples 300  lost 0  in-flight 2"
+                "150 rows written of 300 I/Os  100 I/Os/s  samples 300  lost 0  dropped 0  in-flight 2"
             ),
             "{text:?}"
         );

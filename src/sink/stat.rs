@@ -69,6 +69,7 @@ struct Group {
     stages: Vec<Histogram<u32>>,
     ios: u64,
     incomplete: u64,
+    dropped: u64,
     errors: u64,
 }
 
@@ -161,6 +162,7 @@ impl StatTable {
             Status::Ok => {}
             Status::Error => g.errors += 1,
             Status::Incomplete => g.incomplete += 1,
+            Status::Dropped => g.dropped += 1,
         }
     }
 
@@ -181,6 +183,7 @@ impl StatTable {
             stages,
             ios: 0,
             incomplete: 0,
+            dropped: 0,
             errors: 0,
         });
         let g = self.groups.len() - 1;
@@ -245,6 +248,9 @@ impl StatTable {
             if g.incomplete > 0 {
                 let _ = write!(note, ", {} incomplete", g.incomplete);
             }
+            if g.dropped > 0 {
+                let _ = write!(note, ", {} dropped", g.dropped);
+            }
             for (i, h) in g.stages.iter().enumerate() {
                 let mut row = if i == 0 {
                     g.labels.clone()
@@ -304,7 +310,7 @@ impl StatTable {
                        "percentiles_ns": ps, "max_ns": max})
             });
             json!({"labels": labels, "ios": g.ios, "errors": g.errors,
-                   "incomplete": g.incomplete, "stages": stages.collect::<Vec<_>>()})
+                   "incomplete": g.incomplete, "dropped": g.dropped, "stages": stages.collect::<Vec<_>>()})
         });
         Json::Array(groups.collect())
     }
@@ -328,45 +334,16 @@ pub fn json_line(
         ((elapsed_s * 1000.0).round() / 1000.0).into(),
     );
     m.insert("profile".into(), profile.into());
-    const KEYS: [&str; 11] = [
-        "samples",
-        "lost",
-        "lost_per_cpu",
-        "unmatched",
-        "incomplete",
-        "in_flight",
-        "partial",
-        "requeued",
-        "ambiguous",
-        "bad_records",
-        "late",
-    ];
-    let counters: Option<[Json; 11]> = health.map(|h| {
-        let c = &h.counters;
-        let lost_per_cpu: Map<String, Json> = h
-            .lost
-            .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(cpu, n)| (cpu.to_string(), Json::from(*n)))
-            .collect();
-        [
-            h.samples.into(),
-            h.lost_total().into(),
-            lost_per_cpu.into(),
-            c.unmatched.into(),
-            c.incomplete.into(),
-            c.in_flight.into(),
-            c.partial.into(),
-            c.requeued.into(),
-            c.ambiguous.into(),
-            h.bad_records.into(),
-            h.late.into(),
-        ]
-    });
-    for (i, key) in KEYS.into_iter().enumerate() {
-        let c = counters.as_ref().map_or(Json::Null, |c| c[i].clone());
-        m.insert(key.into(), c);
-    }
+    // A file cannot know what the kernel dropped: the same keys, each null.
+    let counters = health.map_or_else(
+        || {
+            let mut m = Health::default().json();
+            m.values_mut().for_each(|v| *v = Json::Null);
+            m
+        },
+        Health::json,
+    );
+    m.extend(counters);
     m.insert("groups".into(), table.json(pcts));
     let v = Json::Object(m);
     let mut s = v.to_string();
@@ -594,9 +571,9 @@ mod tests {
         let p = Percentiles::default();
         let mut h = Health {
             samples: 7,
-            lost: vec![(0, 0), (1, 3)],
             ..Health::default()
         };
+        h.set_losses(vec![(0, 0), (1, 3)], vec![(0, 5), (1, 0)]);
         h.counters.unmatched = 2;
         let line = json_line("summary", 1.23456, "sinktest", &table(), Some(&h), &p);
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
@@ -607,6 +584,21 @@ mod tests {
             (v["lost"].clone(), v["lost_per_cpu"]["1"].clone()),
             (3.into(), 3.into())
         );
+        assert_eq!(
+            (v["dropped"].clone(), v["dropped_per_cpu"].clone()),
+            (5.into(), serde_json::json!({"0": 5}))
+        );
+        // Every counter the exit line prints is in the JSON too.
+        for key in [
+            "merged",
+            "lost_ios",
+            "cut",
+            "throttled",
+            "late",
+            "bad_records",
+        ] {
+            assert!(v.get(key).is_some(), "no {key} in {v}");
+        }
         assert_eq!(v["unmatched"], 2);
         assert_eq!(v["incomplete"], 0);
         let groups = v["groups"].as_array().unwrap();
@@ -628,7 +620,10 @@ mod tests {
         assert_eq!(b["count"], 0);
         let file = json_line("summary", 0.0, "sinktest", &table(), None, &p);
         let v: Json = serde_json::from_str(&file).unwrap();
-        assert!(v["lost"].is_null() && v["unmatched"].is_null(), "{v}");
+        assert!(
+            v["lost"].is_null() && v["unmatched"].is_null() && v["dropped"].is_null(),
+            "{v}"
+        );
         assert!(b["mean_ns"].is_null() && b["percentiles_ns"].is_null());
     }
 }

@@ -154,6 +154,24 @@ pub fn fio_ios(path: &Path) -> u64 {
         .sum()
 }
 
+/// fio's slowest completion latency (`clat_ns.max`) over every job and direction, ns.
+pub fn fio_clat_max_ns(path: &Path) -> u64 {
+    let text = read(path);
+    text.match_indices("\"clat_ns\"")
+        .filter_map(|(i, _)| {
+            let rest = &text[i..];
+            let at = rest.find("\"max\"")?;
+            let digits: String = rest[at + 5..]
+                .trim_start_matches([' ', ':'])
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse::<u64>().ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// A numeric cell; the panic names the column and the row.
 pub fn num(r: &Row, col: &str) -> u64 {
     r[col]

@@ -29,6 +29,29 @@
 //!
 //! A partial completion (fewer sectors than issued) moves the request on to the next
 //! sector, where the rest completes.
+//!
+//! # Missing samples
+//! The kernel can count a sample and never write it (see `perf::group`). A request
+//! whose completion went missing would stay in flight for ever, and FIFO would pair
+//! the next I/O's completion at its sector with it: one drop, a chain of wrong rows.
+//! The live loop holds events back until the counts up to them are known, so the
+//! correlator hears of `n` missing samples of an event, all stamped no later than a
+//! horizon `h`, before it sees what follows them ([`Correlator::on_missing`]). Then:
+//! - a missing **completion**: an issued request issued no later than `h` that has been
+//!   in flight longer than any certain pairing on its device took (1.5x the largest
+//!   d2c seen with one candidate, plus 50 µs) is the one that lost it: it is written
+//!   `dropped`, leaves the device's queue depth, and is never paired. It is looked for
+//!   when a completion would pair with it and, while such a sample is unaccounted,
+//!   among all requests every millisecond of event time;
+//! - a missing **issue**: a completion with no issued request under its key takes a
+//!   request only inserted (inserted no later than `h`) or, with none, makes a row of
+//!   its own, `dropped` either way; without a missing issue it is `unmatched`;
+//! - a missing **insert** (a device with a scheduler): an issue with no inserted request
+//!   no later than `h` is the request that lost it: its row is `dropped`, with d2c only;
+//! - at the end, what is still unaccounted (any event, merges included) marks that many
+//!   requests still in flight `dropped`, those started by `h` first, oldest first.
+//!
+//! A `dropped` row never has a stage whose events it did not both see.
 
 use super::events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
 use super::record::{BlockRecord, DeviceIo};
@@ -54,6 +77,8 @@ struct Pending {
     remaining: u32,
     /// Device queue depth at the (last) issue, itself included.
     qd: Option<u32>,
+    /// Its insert went missing: the row is `dropped`, without q2d or q2c.
+    cut: bool,
 }
 
 impl Started for Pending {
@@ -85,6 +110,29 @@ impl Default for BlockConfig {
 
 type Key = (u32, u64);
 
+/// Samples the kernel counted that never arrived and are not yet pinned on a request.
+#[derive(Debug, Clone, Copy, Default)]
+struct Unaccounted {
+    complete: u64,
+    issue: u64,
+    insert: u64,
+    /// Merges, requeues: only accounted at the end.
+    other: u64,
+    /// Every one was stamped no later than this.
+    horizon: u64,
+    /// Event time of the next scan for requests that lost their completion.
+    next_scan: u64,
+}
+
+impl Unaccounted {
+    fn total(&self) -> u64 {
+        self.complete + self.issue + self.insert + self.other
+    }
+}
+
+/// Between scans for requests that lost their completion, in event time.
+const SCAN_EVERY_NS: u64 = 1_000_000;
+
 pub struct BlockCorrelator {
     cfg: BlockConfig,
     pending: Inflight<Key, Pending>,
@@ -92,6 +140,11 @@ pub struct BlockCorrelator {
     issued: FxMap<u32, u32>,
     names: FxMap<u32, Arc<str>>,
     counters: Counters,
+    missing: Unaccounted,
+    /// Per device, the largest d2c of a pairing with one candidate.
+    certain_d2c: FxMap<u32, u64>,
+    /// Devices whose requests go through a scheduler (an insert was seen).
+    scheduled: FxMap<u32, ()>,
 }
 
 impl BlockCorrelator {
@@ -107,7 +160,57 @@ impl BlockCorrelator {
             cfg,
             names,
             counters: Counters::default(),
+            missing: Unaccounted::default(),
+            certain_d2c: FxMap::default(),
+            scheduled: FxMap::default(),
         }
+    }
+
+    /// Whether issued request `p` of `dev`, at event time `t`, has surely lost its
+    /// completion: a completion went missing after its issue and it has been in flight
+    /// longer than any certain pairing on the device took.
+    fn lost_completion(&self, dev: u32, p: &Pending, t: u64) -> bool {
+        let Some(issue) = p.issue else { return false };
+        if self.missing.complete == 0 || issue > self.missing.horizon {
+            return false;
+        }
+        let longest = self.certain_d2c.get(&dev).copied().unwrap_or(0);
+        t.saturating_sub(issue) > longest + longest / 2 + 50_000
+    }
+
+    /// A request that lost one of its events: its row, `dropped`.
+    fn cut(&mut self, dev: u32, p: &Pending, out: &mut dyn FnMut(BlockRecord)) {
+        let r = self.record(dev, &Pending { cut: true, ..*p }, None, 0);
+        out(r);
+    }
+
+    /// While a completion is unaccounted: every millisecond of event time, write the
+    /// requests that surely lost theirs as `dropped`.
+    fn scan(&mut self, t: u64, out: &mut dyn FnMut(BlockRecord)) {
+        if self.missing.complete == 0 || t < self.missing.next_scan {
+            return;
+        }
+        self.missing.next_scan = t + SCAN_EVERY_NS;
+        let mut lost: Vec<(u32, u64, u64)> = Vec::new();
+        self.pending.for_each(|k, p| {
+            if self.lost_completion(k.0, p, t) {
+                lost.push((k.0, k.1, p.issue.unwrap_or(0)));
+            }
+        });
+        lost.sort_by_key(|&(_, _, issue)| issue);
+        for (dev, sector, issue) in lost {
+            if self.missing.complete == 0 {
+                break;
+            }
+            if let Some((p, _)) = self
+                .pending
+                .take_where(&(dev, sector), |p| p.issue == Some(issue))
+            {
+                self.missing.complete -= 1;
+                self.cut(dev, &p, out);
+            }
+        }
+        self.counters.in_flight = self.pending.len() as u64;
     }
 
     fn name(&mut self, dev: u32) -> Arc<str> {
@@ -135,15 +238,23 @@ impl BlockCorrelator {
     ) -> BlockRecord {
         self.left_device(dev, p);
         let start = p.first;
-        let (d2c, q2c, error, status) = match done {
+        // `checked_sub`: a completion stamped before the request's own events (events
+        // out of order) leaves the cell empty, never a 0.
+        let (d2c, mut q2c, error, mut status) = match done {
             Some((t, err)) => (
-                p.issue.map(|i| t.saturating_sub(i)),
-                Some(t.saturating_sub(start)),
+                p.issue.and_then(|i| t.checked_sub(i)),
+                t.checked_sub(start),
                 err,
                 if err == 0 { Status::Ok } else { Status::Error },
             ),
             None => (None, None, 0, Status::Incomplete),
         };
+        if p.cut {
+            // Its insert went missing: the queue time is unknown.
+            q2c = None;
+            status = Status::Dropped;
+            self.counters.cut += 1;
+        }
         BlockRecord {
             io: DeviceIo {
                 start_ns: start,
@@ -158,7 +269,7 @@ impl BlockCorrelator {
                 status,
             },
             q2d_ns: match (p.insert, p.issue) {
-                (Some(q), Some(d)) => Some(d.saturating_sub(q)),
+                (Some(q), Some(d)) => d.checked_sub(q),
                 _ => None,
             },
             d2c_ns: d2c,
@@ -181,11 +292,13 @@ impl BlockCorrelator {
             bytes: e.bytes as u64,
             remaining: e.nr_sector,
             qd: None,
+            cut: false,
         };
         match e.kind {
             // Bios are not requests; this profile does not open the event.
             BlockKind::BioQueue => return,
             BlockKind::Insert => {
+                self.scheduled.insert(e.dev, ());
                 if let Some(p) = self
                     .pending
                     .find_mut(&key, |p| p.requeued && p.issue.is_none())
@@ -199,7 +312,14 @@ impl BlockCorrelator {
             BlockKind::Issue => {
                 let depth = self.issued.entry(e.dev).or_insert(0);
                 *depth += 1;
-                let qd = Some(*depth);
+                // Requests that lost their completion before the horizon are no longer
+                // on the device, though not yet found.
+                let orphans = if t > self.missing.horizon {
+                    self.missing.complete
+                } else {
+                    0
+                };
+                let qd = Some((u64::from(*depth).saturating_sub(orphans).max(1)) as u32);
                 if let Some(p) = self.pending.find_mut(&key, |p| p.issue.is_none()) {
                     p.issue = Some(t);
                     p.qd = qd;
@@ -210,6 +330,12 @@ impl BlockCorrelator {
                 } else {
                     let mut p = fresh(None, Some(t));
                     p.qd = qd;
+                    // Issued without an insert on a device with a scheduler, while an
+                    // insert is unaccounted: this is the request that lost it.
+                    if self.missing.insert > 0 && self.scheduled.contains_key(&e.dev) {
+                        self.missing.insert -= 1;
+                        p.cut = true;
+                    }
                     self.add(key, p, out);
                 }
             }
@@ -240,14 +366,29 @@ impl BlockCorrelator {
                 }
             }
             BlockKind::Complete => {
-                let first_issue = self.first_issued(&key, e.nr_sector);
+                self.scan(t, out);
+                let mut first_issue = self.first_issued(&key, e.nr_sector);
+                // The request this would pair with lost its own completion: it is
+                // written `dropped`, and the completion goes to the next one.
+                while let Some(i) = first_issue {
+                    let lost = self
+                        .pending
+                        .find_mut(&key, |p| p.issue == Some(i))
+                        .map(|p| *p)
+                        .filter(|p| self.lost_completion(e.dev, p, t));
+                    let Some(p) = lost else { break };
+                    self.pending.take_where(&key, |q| q.issue == p.issue);
+                    self.missing.complete -= 1;
+                    self.cut(e.dev, &p, out);
+                    first_issue = self.first_issued(&key, e.nr_sector);
+                }
                 let taken = match first_issue {
                     Some(i) => self.pending.take_where(&key, |p| p.issue == Some(i)),
-                    // Completed without a traced issue (tracing began mid-way).
-                    None => self.pending.take(&key),
+                    None => None,
                 };
                 let Some((mut p, held)) = taken else {
-                    self.counters.unmatched += 1;
+                    self.complete_without_issue(t, e, out);
+                    self.counters.in_flight = self.pending.len() as u64;
                     return;
                 };
                 if held > 1 {
@@ -261,10 +402,49 @@ impl BlockCorrelator {
                     return;
                 }
                 let r = self.record(e.dev, &p, Some((t, e.error)), held);
+                if held == 1 && r.status == Status::Ok {
+                    if let Some(d2c) = r.d2c_ns {
+                        let m = self.certain_d2c.entry(e.dev).or_insert(0);
+                        *m = (*m).max(d2c);
+                    }
+                }
                 out(r);
             }
         }
         self.counters.in_flight = self.pending.len() as u64;
+    }
+
+    /// A completion with no issued request under its key. With an issue unaccounted,
+    /// it is the I/O that lost it: a request only inserted by the horizon takes it, or
+    /// the completion makes a row of its own; `dropped` either way, with no stage.
+    /// Otherwise its request was issued before tracing began: `unmatched`.
+    fn complete_without_issue(&mut self, t: u64, e: &BlockEvent, out: &mut dyn FnMut(BlockRecord)) {
+        if self.missing.issue == 0 {
+            self.counters.unmatched += 1;
+            return;
+        }
+        self.missing.issue -= 1;
+        let key = (e.dev, e.sector);
+        let horizon = self.missing.horizon;
+        let p = match self
+            .pending
+            .take_where(&key, |p| p.issue.is_none() && p.first <= horizon)
+        {
+            Some((p, _)) => p,
+            None => Pending {
+                first: t,
+                insert: None,
+                issue: None,
+                requeued: false,
+                sector: e.sector,
+                op: e.op,
+                bytes: u64::from(e.nr_sector) << 9,
+                remaining: e.nr_sector,
+                qd: None,
+                cut: false,
+            },
+        };
+        self.cut(e.dev, &p, out);
     }
 
     /// The earliest issue time among the issued requests of `key`.
@@ -307,12 +487,36 @@ impl Correlator for BlockCorrelator {
     fn finish(&mut self, out: &mut dyn FnMut(BlockRecord)) {
         let mut left = Vec::new();
         self.pending.drain_all(&mut |k, p| left.push((k, p)));
-        for (k, p) in left {
-            self.counters.incomplete += 1;
-            let r = self.record(k.0, &p, None, 0);
-            out(r);
+        // What is still unaccounted cut that many of the requests left, those started
+        // by the horizon first (`drain_all` gives them oldest first).
+        let mut cuts = self.missing.total();
+        let horizon = self.missing.horizon;
+        let (early, late): (Vec<_>, Vec<_>) =
+            left.into_iter().partition(|(_, p)| p.first <= horizon);
+        for (k, p) in early.into_iter().chain(late) {
+            if cuts > 0 {
+                cuts -= 1;
+                self.cut(k.0, &p, out);
+            } else {
+                self.counters.incomplete += 1;
+                let r = self.record(k.0, &p, None, 0);
+                out(r);
+            }
         }
+        self.missing = Unaccounted::default();
         self.counters.in_flight = 0;
+    }
+
+    fn on_missing(&mut self, event: &str, n: u64, before: u64) -> bool {
+        let m = &mut self.missing;
+        match event.rsplit(':').next() {
+            Some("block_rq_complete") => m.complete += n,
+            Some("block_rq_issue") => m.issue += n,
+            Some("block_rq_insert") => m.insert += n,
+            _ => m.other += n,
+        }
+        m.horizon = m.horizon.max(before);
+        true
     }
 
     fn counters(&self) -> Counters {
@@ -494,5 +698,182 @@ mod tests {
         }
         assert!(out.is_empty());
         assert_eq!(c.counters(), Counters::default());
+    }
+
+    /// Feeds `events`; `(i, event, n, before)` in `missing` is told just before the
+    /// i-th event, as the live loop's hold makes it.
+    fn run_missing(
+        events: &[Ev],
+        missing: &[(usize, &str, u64, u64)],
+    ) -> (Vec<BlockRecord>, Counters) {
+        let mut c = BlockCorrelator::new(BlockConfig::default());
+        let mut out = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            for &(_, ev, n, before) in missing.iter().filter(|m| m.0 == i) {
+                assert!(c.on_missing(ev, n, before));
+            }
+            c.on_event(e, &mut |r| out.push(r));
+        }
+        c.finish(&mut |r| out.push(r));
+        (out, c.counters())
+    }
+
+    const COMPLETE: &str = "block:block_rq_complete";
+
+    #[test]
+    fn a_request_whose_completion_went_missing_is_cut_not_paired_with_the_next() {
+        use BlockKind::*;
+        // Sector 8: issued at 0, its completion (at ~20 µs) never arrives. Other I/Os
+        // set the device's certain d2c to 20 µs. The next I/O at sector 8, a second
+        // later, must get its own completion.
+        let mut evs = vec![ev(0, Issue, 8, 8, Op::Read)];
+        for i in 1..50u64 {
+            evs.push(ev(i * 100_000, Issue, 1000 + i * 8, 8, Op::Read));
+            evs.push(ev(
+                i * 100_000 + 20_000,
+                Complete,
+                1000 + i * 8,
+                8,
+                Op::Read,
+            ));
+        }
+        evs.push(ev(1_000_000_000, Issue, 8, 8, Op::Read));
+        evs.push(ev(1_000_030_000, Complete, 8, 8, Op::Read));
+        let (r, c) = run_missing(&evs, &[(3, COMPLETE, 1, 50_000)]);
+        assert_eq!(r.len(), 51);
+        let dropped: Vec<_> = r.iter().filter(|r| r.status == Status::Dropped).collect();
+        assert_eq!(dropped.len(), 1);
+        assert_eq!((dropped[0].start_ns, dropped[0].d2c_ns), (0, None));
+        let last = r.iter().find(|r| r.start_ns == 1_000_000_000).unwrap();
+        assert_eq!((last.status, last.d2c_ns), (Status::Ok, Some(30_000)));
+        // Cut by the scan long before the next I/O at its sector: qd stayed true.
+        assert!(r.iter().all(|r| r.qd.is_none_or(|q| q <= 2)));
+        assert_eq!(
+            (c.cut, c.unmatched, c.incomplete, c.ambiguous),
+            (1, 0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn the_missing_completion_is_found_when_the_next_io_at_its_sector_completes() {
+        use BlockKind::*;
+        // The next I/O at the sector comes before the scan could have run.
+        let evs = [
+            ev(0, Issue, 100, 8, Op::Read),
+            ev(10, Complete, 100, 8, Op::Read),
+            ev(20, Issue, 8, 8, Op::Read),
+            ev(400_000, Issue, 8, 8, Op::Read),
+            ev(400_050, Complete, 8, 8, Op::Read),
+        ];
+        let (r, c) = run_missing(&evs, &[(3, COMPLETE, 1, 300)]);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[1].status, Status::Dropped);
+        assert_eq!((r[2].start_ns, r[2].d2c_ns), (400_000, Some(50)));
+        assert_eq!(r[2].status, Status::Ok);
+        assert_eq!(c.cut, 1);
+    }
+
+    #[test]
+    fn a_young_request_is_not_taken_for_the_one_that_lost_its_completion() {
+        use BlockKind::*;
+        // Two requests share sector 8 and complete in FIFO order within the certain
+        // d2c: a missing completion elsewhere must not cut them.
+        let evs = [
+            ev(0, Issue, 100, 8, Op::Read),
+            ev(1_000, Complete, 100, 8, Op::Read),
+            ev(2_000, Issue, 8, 8, Op::Read),
+            ev(2_100, Issue, 8, 8, Op::Read),
+            ev(2_500, Complete, 8, 8, Op::Read),
+            ev(2_600, Complete, 8, 8, Op::Read),
+        ];
+        let (r, c) = run_missing(&evs, &[(4, COMPLETE, 1, 2_200)]);
+        assert_eq!(
+            r.iter().map(|r| r.status).collect::<Vec<_>>(),
+            vec![Status::Ok; 3]
+        );
+        // What stays unaccounted at the end cuts nothing that completed.
+        assert_eq!((c.cut, c.incomplete, c.unmatched), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_completion_without_issue_is_unmatched_unless_an_issue_went_missing() {
+        use BlockKind::*;
+        // No missing issue: the inserted request is not taken (its q2c would be wrong).
+        let evs = [
+            ev(0, Insert, 8, 8, Op::Write),
+            ev(10, Complete, 8, 8, Op::Write),
+            ev(20, Issue, 8, 8, Op::Write),
+            ev(30, Complete, 8, 8, Op::Write),
+        ];
+        let (r, c) = run_missing(&evs, &[]);
+        assert_eq!(c.unmatched, 1);
+        assert_eq!(
+            (r.len(), r[0].q2c_ns, r[0].status),
+            (1, Some(30), Status::Ok)
+        );
+        // With its issue missing, the inserted request is the one that completed.
+        let (r, c) = run_missing(&evs[..2], &[(1, "block:block_rq_issue", 1, 5)]);
+        assert_eq!(
+            (r.len(), r[0].status, r[0].q2c_ns),
+            (1, Status::Dropped, None)
+        );
+        assert_eq!((c.unmatched, c.cut), (0, 1));
+        // With nothing under the key, the completion makes its own row.
+        let (r, c) = run_missing(&evs[1..2], &[(0, "block:block_rq_issue", 1, 5)]);
+        assert_eq!(
+            (r.len(), r[0].status, r[0].bytes),
+            (1, Status::Dropped, 4096)
+        );
+        assert_eq!(c.cut, 1);
+    }
+
+    #[test]
+    fn a_missing_insert_leaves_d2c_only() {
+        use BlockKind::*;
+        let evs = [
+            ev(0, Insert, 100, 8, Op::Write),
+            ev(5, Issue, 100, 8, Op::Write),
+            ev(9, Complete, 100, 8, Op::Write),
+            ev(20, Issue, 8, 8, Op::Write),
+            ev(50, Complete, 8, 8, Op::Write),
+        ];
+        let (r, c) = run_missing(&evs, &[(3, "block:block_rq_insert", 1, 15)]);
+        assert_eq!(r[1].status, Status::Dropped);
+        assert_eq!(
+            (r[1].q2d_ns, r[1].d2c_ns, r[1].q2c_ns),
+            (None, Some(30), None)
+        );
+        assert_eq!(c.cut, 1);
+    }
+
+    #[test]
+    fn what_stays_unaccounted_cuts_requests_left_at_the_end() {
+        use BlockKind::*;
+        // A hot sector: the chain shifted past the horizon, so the request left over
+        // at the end is the one the missing completion cost.
+        let evs = [
+            ev(0, Issue, 8, 8, Op::Read),
+            ev(10, Issue, 8, 8, Op::Read),
+            ev(20, Complete, 8, 8, Op::Read),
+            ev(30, Issue, 8, 8, Op::Read),
+            ev(40, Complete, 8, 8, Op::Read),
+        ];
+        let (r, c) = run_missing(&evs, &[(2, COMPLETE, 1, 15)]);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.iter().filter(|r| r.status == Status::Dropped).count(), 1);
+        assert_eq!((c.cut, c.incomplete), (1, 0));
+    }
+
+    #[test]
+    fn a_time_reversed_pairing_leaves_the_cells_empty() {
+        use BlockKind::*;
+        let (r, _) = run(
+            &[
+                ev(100, Issue, 8, 8, Op::Read),
+                ev(50, Complete, 8, 8, Op::Read),
+            ],
+            16,
+        );
+        assert_eq!((r[0].d2c_ns, r[0].q2c_ns), (None, None));
     }
 }
