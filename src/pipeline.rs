@@ -21,26 +21,15 @@ pub struct Pipeline<C: Correlator> {
     corr: C,
     samples: u64,
     bad_records: u64,
-    /// Newest sample time decoded so far.
-    newest: u64,
-    loss: Option<Loss>,
-    /// The correlator attributes missing samples itself (see `Correlator::on_missing`).
-    attributes_missing: bool,
-}
-
-/// What the kernel's dropped samples cost, attributed from the records: the rings say
-/// *that* samples were lost (PERF_RECORD_LOST), not which. After a loss, a completion
-/// whose start is missing (unmatched) lost its start, and an I/O that started before
-/// the loss and never completed (an `incomplete` row) may have lost its end. Both are
-/// counted as I/Os the loss cost; an I/O whose every event fell in the gap leaves no
-/// trace and cannot be counted.
-#[derive(Debug, Clone, Copy)]
-struct Loss {
-    /// The newest sample time when the latest loss was noticed.
-    at: u64,
-    /// `unmatched` when the first loss was noticed.
-    unmatched_before: u64,
-    cut: u64,
+    /// Missing samples the correlator did not claim (`Correlator::on_missing` said
+    /// `false`): that many of the records it gives up as `incomplete` (a command that
+    /// never completed, or whose id came back while it was held) were cut by them and
+    /// are written `dropped`, oldest first.
+    unclaimed: u64,
+    relabeled: u64,
+    /// `unmatched` when the first missing sample was reported: completions unmatched
+    /// since may have lost their start.
+    unmatched_before: Option<u64>,
 }
 
 impl<C: Correlator> Pipeline<C> {
@@ -51,30 +40,24 @@ impl<C: Correlator> Pipeline<C> {
             corr,
             samples: 0,
             bad_records: 0,
-            newest: 0,
-            loss: None,
-            attributes_missing: false,
+            unclaimed: 0,
+            relabeled: 0,
+            unmatched_before: None,
         }
     }
 
     /// `n` samples of `event` never arrived, all stamped no later than `before`.
     pub fn on_missing(&mut self, event: &str, n: u64, before: u64) {
-        // Completions unmatched from here on may have lost their start.
-        self.note_loss();
-        if self.corr.on_missing(event, n, before) {
-            self.attributes_missing = true;
+        let unmatched = self.corr.counters().unmatched;
+        self.unmatched_before.get_or_insert(unmatched);
+        if !self.corr.on_missing(event, n, before) {
+            self.unclaimed += n;
         }
     }
 
-    /// The rings reported lost samples (see [`Loss`]).
-    pub fn note_loss(&mut self) {
-        let unmatched = self.corr.counters().unmatched;
-        let l = self.loss.get_or_insert(Loss {
-            at: 0,
-            unmatched_before: unmatched,
-            cut: 0,
-        });
-        l.at = self.newest;
+    /// Hold back events from `t` on (see `Sorter::hold_until`).
+    pub fn hold_until(&mut self, t: Option<u64>) {
+        self.sorter.hold_until(t);
     }
 
     /// Decode and queue one raw record; returns its time when it was one of ours.
@@ -83,7 +66,6 @@ impl<C: Correlator> Pipeline<C> {
         self.samples += 1;
         match self.decoder.decode(raw, time, cpu) {
             Ok(Some(ev)) => {
-                self.newest = self.newest.max(time);
                 self.sorter.push(cpu, time, ev);
                 Some(time)
             }
@@ -93,11 +75,6 @@ impl<C: Correlator> Pipeline<C> {
                 None
             }
         }
-    }
-
-    /// Hold back events from `t` on (see `Sorter::hold_until`).
-    pub fn hold_until(&mut self, t: Option<u64>) {
-        self.sorter.hold_until(t);
     }
 
     /// Start of a drain round: `now` is the recording clock, read before any ring of the
@@ -110,22 +87,22 @@ impl<C: Correlator> Pipeline<C> {
     /// the start of the previous round, see `order`).
     pub fn end_round(&mut self, out: &mut dyn FnMut(C::Record)) {
         let corr = &mut self.corr;
-        let loss = &mut self.loss;
-        let out = &mut |r: C::Record| {
-            count_cut(loss, &r);
-            out(r)
+        let mut relabel = Relabel {
+            unclaimed: &mut self.unclaimed,
+            relabeled: &mut self.relabeled,
         };
+        let out = &mut |r: C::Record| out(relabel.apply(r));
         self.sorter.end_round(|_, ev| corr.on_event(&ev, out));
     }
 
     /// End of the run: release and correlate everything, give up what is in flight.
     pub fn finish(&mut self, out: &mut dyn FnMut(C::Record)) {
         let corr = &mut self.corr;
-        let loss = &mut self.loss;
-        let out = &mut |r: C::Record| {
-            count_cut(loss, &r);
-            out(r)
+        let mut relabel = Relabel {
+            unclaimed: &mut self.unclaimed,
+            relabeled: &mut self.relabeled,
         };
+        let out = &mut |r: C::Record| out(relabel.apply(r));
         self.sorter.flush(|_, ev| corr.on_event(&ev, out));
         self.corr.finish(out);
     }
@@ -134,27 +111,40 @@ impl<C: Correlator> Pipeline<C> {
         &self.corr
     }
 
-    /// Counters so far; `lost` is filled in by the caller that owns the rings.
+    /// Counters so far; losses per CPU are filled in by the caller that owns the rings.
     pub fn health(&self) -> Health {
+        let mut c = self.corr.counters();
+        c.incomplete -= self.relabeled.min(c.incomplete);
+        c.cut += self.relabeled;
         Health {
             samples: self.samples,
             bad_records: self.bad_records,
             late: self.sorter.late(),
-            counters: self.corr.counters(),
-            // I/Os seen in part: rows the correlator cut (or, when it cannot, incomplete
-            // rows that started before a loss) and completions unmatched since the
-            // first loss.
-            lost_ios: self.loss.map_or(0, |l| {
-                let c = self.corr.counters();
-                let cut = if self.attributes_missing {
-                    c.cut
-                } else {
-                    l.cut
-                };
-                cut + c.unmatched.saturating_sub(l.unmatched_before)
-            }),
+            // I/Os seen in part: rows cut, and completions unmatched since the first
+            // missing sample.
+            lost_ios: self
+                .unmatched_before
+                .map_or(0, |u| c.cut + c.unmatched.saturating_sub(u)),
+            counters: c,
             ..Health::default()
         }
+    }
+}
+
+/// Writes `dropped` on as many given-up records as missing samples went unclaimed.
+struct Relabel<'a> {
+    unclaimed: &'a mut u64,
+    relabeled: &'a mut u64,
+}
+
+impl Relabel<'_> {
+    fn apply<R: IoRecord>(&mut self, mut r: R) -> R {
+        if *self.unclaimed > 0 && r.status() == crate::record::Status::Incomplete {
+            r.set_status(crate::record::Status::Dropped);
+            *self.unclaimed -= 1;
+            *self.relabeled += 1;
+        }
+        r
     }
 }
 
@@ -169,8 +159,6 @@ pub trait Stages {
     fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
     fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
     fn health(&self) -> Health;
-    /// The rings reported lost samples since the last drain.
-    fn note_loss(&mut self);
     /// `n` samples of `event` (`system:name`) were counted by the kernel and never
     /// arrived, all stamped no later than `before`.
     fn on_missing(&mut self, event: &str, n: u64, before: u64);
@@ -198,23 +186,11 @@ impl<C: Correlator> Stages for Pipeline<C> {
     fn health(&self) -> Health {
         Pipeline::health(self)
     }
-    fn note_loss(&mut self) {
-        Pipeline::note_loss(self)
-    }
     fn on_missing(&mut self, event: &str, n: u64, before: u64) {
         Pipeline::on_missing(self, event, n, before)
     }
     fn hold_until(&mut self, t: Option<u64>) {
         Pipeline::hold_until(self, t)
-    }
-}
-
-/// An `incomplete` record that started before a loss may have lost its end.
-fn count_cut<R: IoRecord>(loss: &mut Option<Loss>, r: &R) {
-    if let Some(l) = loss {
-        if r.status() == crate::record::Status::Incomplete && r.start_ns() <= l.at {
-            l.cut += 1;
-        }
     }
 }
 

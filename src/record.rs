@@ -288,10 +288,11 @@ pub fn opt(v: Option<u64>) -> Value<'static> {
 }
 
 /// Implement [`Tabled`] for a record type from its column table:
-/// `tabled!(BlockRecord, "block", COLUMNS, |r| r.start_ns, |r| r.status);`
+/// `tabled!(BlockRecord, "block", COLUMNS, |r| r.start_ns, |r| r.status, |r, s| r.status = s);`
 #[macro_export]
 macro_rules! tabled {
-    ($ty:ty, $profile:literal, $columns:expr, |$r:ident| $start:expr, |$s:ident| $status:expr) => {
+    ($ty:ty, $profile:literal, $columns:expr, |$r:ident| $start:expr, |$s:ident| $status:expr,
+     |$w:ident, $v:ident| $set:expr) => {
         impl $crate::record::Tabled for $ty {
             const PROFILE: &'static str = $profile;
             const COLUMNS: &'static [$crate::record::Column<Self>] = $columns;
@@ -306,6 +307,10 @@ macro_rules! tabled {
             fn outcome(&self) -> $crate::record::Status {
                 let $s = self;
                 $status
+            }
+            fn set_outcome(&mut self, $v: $crate::record::Status) {
+                let $w = self;
+                $set;
             }
         }
     };
@@ -396,6 +401,8 @@ pub trait IoRecord {
     /// Start of the I/O on the recording clock (ns).
     fn start_ns(&self) -> u64;
     fn status(&self) -> Status;
+    /// Relabel the record (the pipeline marks an I/O a missing sample cut `dropped`).
+    fn set_status(&mut self, s: Status);
 }
 
 /// A record type with a static column table: implement this and get [`IoRecord`].
@@ -408,6 +415,8 @@ pub trait Tabled: Sized + 'static {
     fn first_ns(&self) -> u64;
     /// [`IoRecord::status`].
     fn outcome(&self) -> Status;
+    /// [`IoRecord::set_status`].
+    fn set_outcome(&mut self, s: Status);
 }
 
 /// Build a `Tabled::table` once: `fn table() -> &'static Schema { static S:
@@ -432,6 +441,9 @@ impl<R: Tabled> IoRecord for R {
     }
     fn status(&self) -> Status {
         self.outcome()
+    }
+    fn set_status(&mut self, s: Status) {
+        self.set_outcome(s)
     }
 }
 
@@ -615,6 +627,7 @@ mod tests {
         fn outcome(&self) -> Status {
             Status::Ok
         }
+        fn set_outcome(&mut self, _: Status) {}
     }
 
     #[test]

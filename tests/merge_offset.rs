@@ -160,6 +160,7 @@ fn rows(ios: &[Io], c: Clocks) -> Vec<Row> {
                 target: None,
                 expect_host: true,
                 expect_target: false,
+                dropped: false,
             },
         });
         let a1 = c.target(io.a1);
@@ -187,6 +188,7 @@ fn rows(ios: &[Io], c: Clocks) -> Vec<Row> {
                 target: Some(target),
                 expect_host: false,
                 expect_target: true,
+                dropped: false,
             },
         });
     }

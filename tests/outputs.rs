@@ -191,7 +191,10 @@ fn record_shows_a_status_line_on_a_terminal_only() {
         tty.contains("\r\x1b[Kntprof-perf: 50 rows written  "),
         "{tty:?}"
     );
-    assert!(tty.contains("samples 100  lost 0  in-flight 0"), "{tty:?}");
+    assert!(
+        tty.contains("samples 100  lost 0  dropped 0  in-flight 0"),
+        "{tty:?}"
+    );
     // Erased before the exit line, which then starts a clean line.
     assert!(
         tty.contains("\r\x1b[Kntprof-perf: 50 I/Os written to"),

@@ -85,4 +85,7 @@ impl Tabled for T {
     fn outcome(&self) -> Status {
         self.status
     }
+    fn set_outcome(&mut self, s: Status) {
+        self.status = s;
+    }
 }

@@ -321,9 +321,14 @@ static COLUMNS: &[Column<BioRecord>] = &[
     TAIL[3],
 ];
 
-crate::tabled!(BioRecord, "bio", COLUMNS, |r| r.io.start_ns, |r| r
-    .io
-    .status);
+crate::tabled!(
+    BioRecord,
+    "bio",
+    COLUMNS,
+    |r| r.io.start_ns,
+    |r| r.io.status,
+    |r, s| r.io.status = s
+);
 
 #[cfg(test)]
 mod tests {

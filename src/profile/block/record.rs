@@ -115,6 +115,11 @@ static COLUMNS: &[Column<BlockRecord>] = &[
     TAIL[3],
 ];
 
-crate::tabled!(BlockRecord, "block", COLUMNS, |r| r.io.start_ns, |r| r
-    .io
-    .status);
+crate::tabled!(
+    BlockRecord,
+    "block",
+    COLUMNS,
+    |r| r.io.start_ns,
+    |r| r.io.status,
+    |r, s| r.io.status = s
+);

@@ -202,6 +202,11 @@ static COLUMNS: &[Column<NvmeRecord>] = &[
     status_column(),
 ];
 
-crate::tabled!(NvmeRecord, "nvme", COLUMNS, |r| r.start(), |r| r
-    .core
-    .status);
+crate::tabled!(
+    NvmeRecord,
+    "nvme",
+    COLUMNS,
+    |r| r.start(),
+    |r| r.core.status,
+    |r, s| r.core.status = s
+);

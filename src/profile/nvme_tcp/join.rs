@@ -240,6 +240,7 @@ impl TcpCorrelator {
             target,
             expect_host: self.cfg.side.host(),
             expect_target: self.cfg.side == Side::Both && seen(&self.tgt_ctrls, cntlid),
+            dropped: false,
         });
     }
 
@@ -374,6 +375,7 @@ impl TcpCorrelator {
             target: Some(t),
             expect_host,
             expect_target: true,
+            dropped: false,
         });
     }
 }

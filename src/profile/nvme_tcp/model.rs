@@ -265,6 +265,8 @@ pub struct TcpRecord {
     /// The run traced the other side too, so a missing part is a gap in the chain.
     pub expect_host: bool,
     pub expect_target: bool,
+    /// A sample of its chain was counted by the kernel but never arrived.
+    pub dropped: bool,
 }
 
 /// Whether target part `t` can belong to host part `h`, when the target clock reads
@@ -416,6 +418,9 @@ impl TcpRecord {
     /// missing, see `chain`), so stat and report count incomplete chains per group;
     /// else `error` for a non-zero NVMe status, else `ok`.
     pub(crate) fn own_status(&self) -> Status {
+        if self.dropped {
+            return Status::Dropped;
+        }
         match (self.missing() == 0, self.nvme_status()) {
             (false, _) => Status::Incomplete,
             (true, Some(s)) if s != 0 => Status::Error,

@@ -113,8 +113,14 @@ static COLUMNS: &[Column<TcpRecord>] = &[
     }),
 ];
 
-crate::tabled!(TcpRecord, "nvme-tcp", COLUMNS, |r| r.start(), |r| r
-    .own_status());
+crate::tabled!(
+    TcpRecord,
+    "nvme-tcp",
+    COLUMNS,
+    |r| r.start(),
+    |r| r.own_status(),
+    |r, s| r.dropped = s == crate::record::Status::Dropped
+);
 
 impl TcpRecord {
     /// Read a row written by [`IoRecord::cells`] back (`get` gives a column's cell by
@@ -239,6 +245,7 @@ impl TcpRecord {
             target,
             expect_host: has_h || missing & M_HOST != 0,
             expect_target: has_t || missing & M_TARGET != 0,
+            dropped: row.status()? == crate::record::Status::Dropped,
         })
     }
 }

@@ -70,9 +70,14 @@ static COLUMNS: &[Column<NvmetRecord>] = &[
     status_column(),
 ];
 
-crate::tabled!(NvmetRecord, "nvmet", COLUMNS, |r| r.core.submit_ns, |r| r
-    .core
-    .status);
+crate::tabled!(
+    NvmetRecord,
+    "nvmet",
+    COLUMNS,
+    |r| r.core.submit_ns,
+    |r| r.core.status,
+    |r, s| r.core.status = s
+);
 
 pub struct NvmetCorrelator {
     tracker: CmdTracker,

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Repeat the real-kernel tests (unit and integration tests on this host's kernel, loop
+# devices; not the VM rig) N times and list every test that failed in any run, with how
+# often. A test that fails once in twenty fresh runs fails CI once in twenty: a flake is
+# a bug. Exit status 1 when any run failed.
+#
+#   ./scripts/soak.sh 20            # logs in target/soak/run-N.log
+#   ./scripts/soak.sh 5 block       # only tests/block.rs (any `cargo test` filter args)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+n=${1:-20}
+shift || true
+case "$n" in '' | *[!0-9]*) echo "usage: $0 N [cargo test args...]" >&2; exit 2 ;; esac
+export NTPROF_REQUIRE_KERNEL=1 NTPROF_VM=0
+logs=target/soak
+mkdir -p "$logs"
+rm -f "$logs"/run-*.log
+cargo test --release --no-run -q "$@" || exit 1
+failed_runs=0
+start=$(date +%s)
+for i in $(seq 1 "$n"); do
+    log="$logs/run-$i.log"
+    if cargo test --release "$@" >"$log" 2>&1; then
+        echo "run $i/$n: pass"
+    else
+        failed_runs=$((failed_runs + 1))
+        echo "run $i/$n: FAIL: $(grep -E '^test .* FAILED$' "$log" | awk '{print $2}' | tr '\n' ' ')"
+    fi
+done
+echo "soak: $((n - failed_runs)) of $n runs passed in $(($(date +%s) - start)) s"
+if [ "$failed_runs" -gt 0 ]; then
+    echo "flakes (test: failed runs):"
+    grep -hE '^test .* FAILED$' "$logs"/run-*.log | awk '{print $2}' | sort | uniq -c |
+        awk -v n="$n" '{printf "  %s: %d/%d\n", $2, $1, n}'
+    echo "logs: $logs/run-*.log"
+    exit 1
+fi
