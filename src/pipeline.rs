@@ -5,7 +5,7 @@
 //! [`Stages`] is a pipeline with its profile's types erased, so the live loop and the
 //! sinks are the same code for every profile.
 
-use crate::correlate::Correlator;
+use crate::correlate::{Correlator, Gap};
 use crate::decode::{Decoder, Event};
 use crate::order::Sorter;
 use crate::perf::ledger::Ledger;
@@ -46,12 +46,12 @@ impl<C: Correlator> Pipeline<C> {
         }
     }
 
-    /// `n` samples of `event` never arrived, all stamped no later than `before`.
-    pub fn on_missing(&mut self, event: &str, n: u64, before: u64) {
+    /// Samples the kernel counted never arrived.
+    pub fn on_missing(&mut self, gap: &Gap<'_>) {
         let unmatched = self.corr.counters().unmatched;
         self.unmatched_before.get_or_insert(unmatched);
-        if !self.corr.on_missing(event, n, before) {
-            self.unclaimed += n;
+        if !self.corr.on_missing(gap) {
+            self.unclaimed += gap.n;
         }
     }
 
@@ -159,9 +159,8 @@ pub trait Stages {
     fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
     fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
     fn health(&self) -> Health;
-    /// `n` samples of `event` (`system:name`) were counted by the kernel and never
-    /// arrived, all stamped no later than `before`.
-    fn on_missing(&mut self, event: &str, n: u64, before: u64);
+    /// Samples the kernel counted never arrived.
+    fn on_missing(&mut self, gap: &Gap<'_>);
     /// Hold back events from `t` on until the kernel's counts up to them are known.
     fn hold_until(&mut self, t: Option<u64>);
 }
@@ -186,8 +185,8 @@ impl<C: Correlator> Stages for Pipeline<C> {
     fn health(&self) -> Health {
         Pipeline::health(self)
     }
-    fn on_missing(&mut self, event: &str, n: u64, before: u64) {
-        Pipeline::on_missing(self, event, n, before)
+    fn on_missing(&mut self, gap: &Gap<'_>) {
+        Pipeline::on_missing(self, gap)
     }
     fn hold_until(&mut self, t: Option<u64>) {
         Pipeline::hold_until(self, t)
@@ -234,7 +233,7 @@ pub struct LiveOptions {
 
 /// How long after a count snapshot every sample stamped before it has surely been
 /// written: a tracepoint writes its sample within microseconds of counting it.
-const SETTLE: Duration = Duration::from_millis(10);
+const SETTLE: Duration = Duration::from_millis(3);
 /// After disabling, how long the final drain may wait for samples the counts say were
 /// written but have not arrived.
 const FINAL_WAIT: Duration = Duration::from_millis(500);
@@ -259,7 +258,7 @@ impl Counting {
             pending: None,
             next: Instant::now(),
             // One read(2) per event and CPU: a few dozen per second on a large host.
-            every: Duration::from_millis(25).max(Duration::from_micros(50) * fds as u32),
+            every: Duration::from_millis(5).max(Duration::from_micros(50) * fds as u32),
         }
     }
 
@@ -282,7 +281,7 @@ impl Counting {
         if let Some(tallies) = group.settle() {
             let (missing, confirmed) = self.ledger.update(&tallies, false);
             for m in missing {
-                pipe.on_missing(&self.names[m.event], m.n, m.before);
+                pipe.on_missing(&m.gap(&self.names));
             }
             if let Some(t) = confirmed {
                 pipe.hold_until(Some(t));
@@ -331,7 +330,7 @@ impl Counting {
                 || (quiet >= 3 && waited >= Duration::from_millis(20))
             {
                 for m in self.ledger.update(&tallies, true).0 {
-                    pipe.on_missing(&self.names[m.event], m.n, m.before);
+                    pipe.on_missing(&m.gap(&self.names));
                 }
                 pipe.hold_until(None);
                 return Ok(());

@@ -370,6 +370,7 @@ fn health_count(err: &str, what: &str) -> u64 {
             w.strip_prefix(what)?
                 .split_whitespace()
                 .next()?
+                .trim_end_matches(',')
                 .parse()
                 .ok()
         })

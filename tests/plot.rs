@@ -106,7 +106,14 @@ fn every_kind_renders_and_names_groups_and_stages() {
         }
         let (w, h, ink, colours) = render(&svg);
         assert_eq!((w, h), (1000, 600), "{args:?}");
-        assert!(ink > 0.03, "{args:?}: {:.3} of the picture drawn", ink);
+        // Axes, labels and a single cell cover 0.015 of a heatmap; a few hundred I/Os
+        // in under a second cover 0.03 to 0.04, so the heatmap's bar is lower.
+        let min_ink = if args.contains(&"heatmap") {
+            0.02
+        } else {
+            0.03
+        };
+        assert!(ink > min_ink, "{args:?}: {:.3} of the picture drawn", ink);
         assert!(colours >= 4, "{args:?}: {colours} colours");
     }
     let out = Command::new(bin())

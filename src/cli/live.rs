@@ -245,7 +245,8 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         Ok(stop.load(Ordering::Relaxed).then_some(StopReason::Signal))
     };
     let opts = LiveOptions {
-        poll: Duration::from_millis(100),
+        // Short rounds keep the windows in which a missing sample is known narrow.
+        poll: Duration::from_millis(20),
         tick: match &out {
             Output::Stat(_, i) => *i,
             // Rows reach the file at least every second.
@@ -258,8 +259,8 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         Output::Rows(sink) => run_live(&mut group, pipe, &opts, &mut should_stop, sink),
         Output::Stat(sink, _) => run_live(&mut group, pipe, &opts, &mut should_stop, sink.as_mut()),
     };
-    // Whatever happened, the command must not outlive the run.
-    let cmd_status = finish_child(child.as_mut());
+    // The output is finished before the command is waited for (below), so a command
+    // that ignores SIGTERM cannot hold back a single row.
     let (reason, health) = match result {
         Ok(v) => v,
         Err(e) if broken_pipe(&e) => {
@@ -267,12 +268,13 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             let rows = match &mut out {
                 Output::Rows(s) => {
                     // Erases the status line; the flush error (the pipe) is known.
-                    let _ = s.finish();
+                    let _ = s.finish(None);
                     s.written()
                 }
                 Output::Stat(..) => 0,
             };
             eprintln!("ntprof-perf: output closed by its reader after {rows} rows; stopped");
+            finish_child(child.as_mut(), &stop);
             return Ok(0);
         }
         Err(e) => {
@@ -284,10 +286,16 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
                 r.profile,
                 r.plan.sample,
             );
+            finish_child(child.as_mut(), &stop);
             return Err(e.into());
         }
     };
-    finish_output(&mut out, &health, t0, r.profile, r.plan.sample)?;
+    if let Err(e) = finish_output(&mut out, &health, t0, r.profile, r.plan.sample) {
+        finish_child(child.as_mut(), &stop);
+        return Err(e);
+    }
+    // Whatever happened, the command must not outlive the run.
+    let cmd_status = finish_child(child.as_mut(), &stop);
     let rows = match &out {
         Output::Rows(s) => match s.min_ns() {
             None => format!("{} I/Os written to {to}", s.written()),
@@ -332,21 +340,23 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         eprintln!("ntprof-perf: --duration reached");
     }
     // The command's own status is the run's status, so scripts can wrap commands.
+    let cmd = r.command.join(" ");
     let code = match cmd_status {
         None => 0,
-        Some(Some(c)) => {
-            eprintln!(
-                "ntprof-perf: command `{}` exited with status {c}",
-                r.command.join(" ")
-            );
+        Some(ChildEnd::Exited(c)) => {
+            eprintln!("ntprof-perf: command `{cmd}` exited with status {c}");
             c
         }
-        Some(None) => {
+        // As a shell reports it: 128 + the signal's number.
+        Some(ChildEnd::Killed(sig)) => {
+            eprintln!("ntprof-perf: command `{cmd}` was killed by signal {sig}");
+            128 + sig
+        }
+        Some(ChildEnd::Abandoned) => {
             eprintln!(
-                "ntprof-perf: command `{}` was killed by a signal",
-                r.command.join(" ")
+                "ntprof-perf: command `{cmd}` did not end after SIGTERM; killed it (SIGKILL)"
             );
-            128
+            128 + libc::SIGKILL
         }
     };
     Ok(code)
@@ -370,16 +380,49 @@ fn broken_pipe(e: &RunError) -> bool {
         if source.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
-/// Reap the command (asking it to stop when tracing ended first). `None` when there was
-/// no command; `Some(None)` when it died from a signal.
-fn finish_child(child: Option<&mut Child>) -> Option<Option<i32>> {
+/// How the command given after `--` ended.
+enum ChildEnd {
+    Exited(i32),
+    Killed(i32),
+    /// It outlived SIGTERM by [`CHILD_GRACE`], or a second signal came: SIGKILLed.
+    Abandoned,
+}
+
+/// How long a command may take to exit after SIGTERM before it is killed.
+const CHILD_GRACE: Duration = Duration::from_secs(5);
+
+/// Reap the command, asking it to stop (SIGTERM) when tracing ended first. One that
+/// ignores SIGTERM is killed after [`CHILD_GRACE`], or at once when another signal
+/// reaches ntprof-perf (`stop` is set again). `None` when there was no command.
+fn finish_child(child: Option<&mut Child>, stop: &AtomicBool) -> Option<ChildEnd> {
+    use std::os::unix::process::ExitStatusExt;
     let c = child?;
+    let end = |st: std::process::ExitStatus| match (st.code(), st.signal()) {
+        (Some(code), _) => ChildEnd::Exited(code),
+        (None, Some(sig)) => ChildEnd::Killed(sig),
+        (None, None) => ChildEnd::Exited(128),
+    };
     if let Ok(Some(st)) = c.try_wait() {
-        return Some(st.code());
+        return Some(end(st));
     }
     let pid = nix::unistd::Pid::from_raw(c.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    Some(c.wait().ok().and_then(|s| s.code()))
+    // The signal that ended the run has been seen; the next one is a second.
+    stop.store(false, Ordering::Relaxed);
+    let deadline = Instant::now() + CHILD_GRACE;
+    loop {
+        match c.try_wait() {
+            Ok(Some(st)) => return Some(end(st)),
+            Ok(None) if Instant::now() < deadline && !stop.load(Ordering::Relaxed) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Some(ChildEnd::Abandoned);
+            }
+        }
+    }
 }
 
 fn finish_output(
@@ -390,7 +433,7 @@ fn finish_output(
     sample: u32,
 ) -> Result<()> {
     match out {
-        Output::Rows(s) => s.finish()?,
+        Output::Rows(s) => s.finish(Some(health))?,
         Output::Stat(s, _) => {
             let mut header = format!(
                 "summary: profile {}, {:.1}s",

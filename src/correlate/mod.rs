@@ -29,15 +29,24 @@ pub trait Correlator {
     fn on_event(&mut self, ev: &Event<Self::Event>, out: &mut dyn FnMut(Self::Record));
     /// Give up every I/O still in flight (end of run).
     fn finish(&mut self, out: &mut dyn FnMut(Self::Record));
-    /// `n` samples of `event` (`system:name`) were counted by the kernel but never
-    /// arrived; every one was stamped no later than `before`. A correlator that can
+    /// Samples the kernel counted that never arrived ([`Gap`]). A correlator that can
     /// name the I/Os they cut marks them `dropped` (counted in [`Counters::cut`]) and
     /// never pairs them with a later I/O's event, and returns `true`. The default
-    /// returns `false`: the pipeline then estimates the cost from the records.
-    fn on_missing(&mut self, _event: &str, _n: u64, _before: u64) -> bool {
+    /// returns `false`: the pipeline then marks as many given-up records `dropped`.
+    fn on_missing(&mut self, _gap: &Gap<'_>) -> bool {
         false
     }
     fn counters(&self) -> Counters;
+}
+
+/// `n` samples of `event` (`system:name`) that the kernel counted and never wrote (or
+/// lost to a full ring), all stamped after `after` and no later than `before`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap<'a> {
+    pub event: &'a str,
+    pub n: u64,
+    pub after: u64,
+    pub before: u64,
 }
 
 /// FxHash: the in-flight maps are keyed by small integers from the kernel; SipHash's

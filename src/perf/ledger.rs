@@ -14,14 +14,28 @@
 
 use super::Tally;
 
-/// Samples of one event that did not arrive, all stamped no later than `before`.
+/// Samples of one event that did not arrive, all stamped after `after` (when the
+/// counts last showed none newly missing) and no later than `before`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Missing {
     /// Index into `PerfGroup::type_names`.
     pub event: usize,
     pub cpu: u32,
     pub n: u64,
+    pub after: u64,
     pub before: u64,
+}
+
+impl Missing {
+    /// As the correlator is told it, the event named.
+    pub fn gap<'a>(&self, names: &'a [String]) -> crate::correlate::Gap<'a> {
+        crate::correlate::Gap {
+            event: names.get(self.event).map_or("", String::as_str),
+            n: self.n,
+            after: self.after,
+            before: self.before,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -32,6 +46,8 @@ struct Cell {
     prev: Option<(u64, u64)>,
     /// Missing samples reported so far.
     reported: u64,
+    /// The latest time up to which nothing more than `reported` went missing.
+    clean: u64,
     /// The latest `PERF_FORMAT_LOST` count.
     lost: Option<u64>,
 }
@@ -102,9 +118,13 @@ impl Ledger {
                     event: t.event,
                     cpu: t.cpu,
                     n: confirmed - c.reported,
+                    after: c.clean,
                     before,
                 });
                 c.reported = confirmed;
+            }
+            if upto.is_some() {
+                c.clean = before;
             }
         }
         (out, known)
@@ -168,6 +188,7 @@ mod tests {
                 event: 1,
                 cpu: 0,
                 n: 2,
+                after: 20,
                 before: 30
             }]
         );

@@ -18,6 +18,11 @@ const CHUNK: usize = 1 << 16;
 
 pub struct CsvSink {
     out: Box<dyn Write>,
+    /// The output when it is a file: a write cut short (ENOSPC after a partial write)
+    /// is cut back to its last whole line.
+    file: Option<File>,
+    /// Bytes the file holds, all whole lines.
+    committed: u64,
     /// Bytes, not a `String`: numbers are rendered without a UTF-8 check each.
     buf: Vec<u8>,
     what: String,
@@ -32,17 +37,41 @@ impl CsvSink {
         schema: &Schema,
         clock: super::time::WallClock,
     ) -> Result<CsvSink, SinkError> {
-        let (out, what): (Box<dyn Write>, String) = match path {
+        let create = |p: &Path| {
+            let f = File::create(p)?;
+            let again = f.try_clone()?;
+            Ok::<_, std::io::Error>((f, again))
+        };
+        match path {
             Some(p) => {
-                let f = File::create(p).map_err(|source| SinkError::Create {
+                let (f, again) = create(p).map_err(|source| SinkError::Create {
                     path: p.to_path_buf(),
                     source,
                 })?;
-                (Box::new(f), p.display().to_string())
+                let mut s = Self::new(Box::new(f), p.display().to_string(), clock);
+                s.file = Some(again);
+                s.header(schema)?;
+                Ok(s)
             }
-            None => (Box::new(std::io::stdout()), "standard output".to_string()),
-        };
-        Self::from_writer(out, what, schema, clock)
+            None => Self::from_writer(
+                Box::new(std::io::stdout()),
+                "standard output".to_string(),
+                schema,
+                clock,
+            ),
+        }
+    }
+
+    fn new(out: Box<dyn Write>, what: String, clock: super::time::WallClock) -> CsvSink {
+        CsvSink {
+            out,
+            file: None,
+            committed: 0,
+            buf: Vec::with_capacity(CHUNK + 4096),
+            what,
+            clock: WallCache::new(clock),
+            rows: 0,
+        }
     }
 
     pub fn from_writer(
@@ -51,23 +80,21 @@ impl CsvSink {
         schema: &Schema,
         clock: super::time::WallClock,
     ) -> Result<CsvSink, SinkError> {
-        let mut s = CsvSink {
-            out,
-            buf: Vec::with_capacity(CHUNK + 4096),
-            what,
-            clock: WallCache::new(clock),
-            rows: 0,
-        };
+        let mut s = Self::new(out, what, clock);
+        s.header(schema)?;
+        Ok(s)
+    }
+
+    fn header(&mut self, schema: &Schema) -> Result<(), SinkError> {
         for (i, name) in schema.names().enumerate() {
             if i > 0 {
-                s.buf.push(b',');
+                self.buf.push(b',');
             }
-            push_field(&mut s.buf, name);
+            push_field(&mut self.buf, name);
         }
-        s.buf.push(b'\n');
+        self.buf.push(b'\n');
         // The header goes out at once: a reader sees the columns before any row.
-        s.flush()?;
-        Ok(s)
+        self.flush()
     }
 
     pub fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
@@ -109,7 +136,33 @@ impl CsvSink {
     }
 
     fn write_buffered(&mut self) -> Result<(), SinkError> {
-        let res = self.out.write_all(&self.buf);
+        let mut done = 0;
+        let res = loop {
+            if done == self.buf.len() {
+                break Ok(());
+            }
+            match self.out.write(&self.buf[done..]) {
+                Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        if res.is_err() {
+            // Part of the buffer went out (the disk filled mid-write): keep only its
+            // whole lines, so the file never ends in half a row.
+            let whole = self.buf[..done]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            if let Some(f) = &self.file {
+                if whole < done {
+                    let _ = f.set_len(self.committed + whole as u64);
+                }
+            }
+            done = whole;
+        }
+        self.committed += done as u64;
         self.buf.clear();
         res.map_err(|source| self.err(source))
     }
@@ -175,6 +228,48 @@ impl super::recorder::RowWriter for CsvSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file that takes `room` bytes and then fails like a full disk.
+    struct Full {
+        file: File,
+        room: usize,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.room == 0 {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            let n = b.len().min(self.room);
+            self.room -= n;
+            self.file.write(&b[..n])
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_write_cut_by_a_full_disk_leaves_whole_lines() {
+        let path = std::env::temp_dir().join(format!("ntprof-csv-full-{}", std::process::id()));
+        let file = File::create(&path).unwrap();
+        let mut s = CsvSink::new(
+            Box::new(Full {
+                file: file.try_clone().unwrap(),
+                room: 27,
+            }),
+            "full".into(),
+            super::super::time::WallClock::now(),
+        );
+        s.file = Some(file);
+        s.buf
+            .extend_from_slice(b"a,b\n1,2\n3,4\n5,6\n7,8\n9,10\n11,12\n");
+        assert!(s.flush().is_err());
+        let text = std::fs::read_to_string(&path).unwrap();
+        // 27 bytes went out: 6 whole lines (25 bytes) and two bytes of the next.
+        assert_eq!(text, "a,b\n1,2\n3,4\n5,6\n7,8\n9,10\n");
+        let _ = std::fs::remove_file(path);
+    }
 
     #[test]
     fn fields_are_quoted_only_when_needed() {

@@ -42,6 +42,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The key-value metadata key of the run's counters (`Health` as JSON: samples, lost,
+/// dropped per CPU, unmatched…), as of the last row group or the end of the run.
+pub const HEALTH_KEY: &str = "ntprof.health";
+
 /// Rows per Arrow batch handed to the Parquet writer.
 const BATCH: usize = 4096;
 /// A row group is closed (and the file made readable up to it) at least this often.
@@ -201,6 +205,25 @@ impl Staged {
     fn commit(&mut self, footer: &[u8]) -> std::io::Result<()> {
         let data = self.pending.len() as u64;
         self.pending.extend_from_slice(footer);
+        // The write below overwrites the footer that makes the file readable now. The
+        // space it needs is reserved first (without changing the file's size), so a
+        // full disk fails here, before the old footer is touched, and the file stays
+        // readable up to its last row group. A filesystem that cannot reserve
+        // (EOPNOTSUPP) goes without.
+        use std::os::fd::AsRawFd;
+        let reserve = nix::fcntl::fallocate(
+            self.file.as_raw_fd(),
+            nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            self.pos as libc::off_t,
+            self.pending.len() as libc::off_t,
+        );
+        match reserve {
+            Ok(()) | Err(nix::errno::Errno::EOPNOTSUPP) => {}
+            Err(e) => {
+                self.pending.truncate(data as usize);
+                return Err(e.into());
+            }
+        }
         self.file.write_all_at(&self.pending, self.pos)?;
         self.pending.clear();
         self.pos += data;
@@ -223,6 +246,8 @@ pub struct ParquetSink {
     arrow: SchemaRef,
     descr: SchemaDescPtr,
     props: WriterProperties,
+    /// `ntprof.health`: the run's counters (JSON) as of the last row group.
+    health: Option<String>,
 }
 
 impl ParquetSink {
@@ -277,6 +302,7 @@ impl ParquetSink {
             arrow,
             descr,
             props,
+            health: None,
         };
         // An empty but readable file from the start (no row group yet).
         s.commit()?;
@@ -320,7 +346,7 @@ impl ParquetSink {
             self.props.writer_version().as_num(),
             groups.iter().map(|g| g.num_rows()).sum(),
             Some(self.props.created_by().to_string()),
-            self.props.key_value_metadata().cloned(),
+            Some(self.key_values()),
             self.descr.clone(),
             Some(orders),
         );
@@ -328,6 +354,15 @@ impl ParquetSink {
         let mut buf = Vec::new();
         ParquetMetaDataWriter::new(&mut buf, &md).finish()?;
         Ok(buf)
+    }
+
+    /// The file's key-value metadata: where it was recorded, and the counters so far.
+    fn key_values(&self) -> Vec<KeyValue> {
+        let mut kv = self.props.key_value_metadata().cloned().unwrap_or_default();
+        if let Some(h) = &self.health {
+            kv.push(KeyValue::new(HEALTH_KEY.to_string(), h.clone()));
+        }
+        kv
     }
 
     /// Close the row group in progress and make the file readable up to it.
@@ -378,8 +413,16 @@ impl RowWriter for ParquetSink {
         Ok(())
     }
 
+    fn health(&mut self, health: &super::Health) {
+        self.health = serde_json::to_string(health).ok();
+    }
+
     fn finish(&mut self) -> Result<(), SinkError> {
         self.write_batch()?;
+        if let Some(h) = &self.health {
+            self.writer
+                .append_key_value_metadata(KeyValue::new(HEALTH_KEY.to_string(), h.clone()));
+        }
         self.writer.finish().map_err(|e| self.perr(e))?;
         // The writer's own footer (with page indexes) is now the pending data.
         self.writer

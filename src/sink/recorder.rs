@@ -17,6 +17,9 @@ pub trait RowWriter {
     fn flush(&mut self) -> Result<(), SinkError>;
     /// Flush and close; the error is returned, never swallowed.
     fn finish(&mut self) -> Result<(), SinkError>;
+    /// The run's counters so far, for a format that keeps them with the rows (Parquet
+    /// metadata); the last call before `finish` has the final ones.
+    fn health(&mut self, _health: &Health) {}
 }
 
 /// The same rows to several writers (`-o io.csv -o io.parquet`): one run, identical rows.
@@ -28,6 +31,9 @@ impl RowWriter for Tee {
     }
     fn flush(&mut self) -> Result<(), SinkError> {
         self.0.iter_mut().try_for_each(|w| w.flush())
+    }
+    fn health(&mut self, health: &Health) {
+        self.0.iter_mut().for_each(|w| w.health(health))
     }
     /// Every writer is finished even when one fails; the first error is returned.
     fn finish(&mut self) -> Result<(), SinkError> {
@@ -181,10 +187,14 @@ impl Recorder {
         self.min_ns
     }
 
-    /// Erase the status line and close the writer.
-    pub fn finish(&mut self) -> Result<(), SinkError> {
+    /// Erase the status line and close the writer, with the run's final counters
+    /// when known.
+    pub fn finish(&mut self, health: Option<&Health>) -> Result<(), SinkError> {
         if let Some(s) = self.status.as_mut() {
             s.clear();
+        }
+        if let Some(h) = health {
+            self.writer.health(h);
         }
         self.writer.finish()
     }
@@ -203,6 +213,7 @@ impl crate::pipeline::RecordSink for Recorder {
     }
 
     fn tick(&mut self, health: &Health) -> Result<(), SinkError> {
+        self.writer.health(health);
         self.writer.flush()?;
         if let Some(s) = self.status.as_mut() {
             s.update(Instant::now(), self.written, self.seen, health);

@@ -56,7 +56,7 @@
 use super::events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
 use super::record::{BlockRecord, DeviceIo};
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::{Correlator, Counters, FxMap, Status};
+use crate::correlate::{Correlator, Counters, FxMap, Gap, Status};
 use crate::decode::Event;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -120,6 +120,8 @@ struct Unaccounted {
     other: u64,
     /// Every one was stamped no later than this.
     horizon: u64,
+    /// The completions unaccounted were all stamped after this.
+    since: u64,
     /// Event time of the next scan for requests that lost their completion.
     next_scan: u64,
 }
@@ -312,9 +314,12 @@ impl BlockCorrelator {
             BlockKind::Issue => {
                 let depth = self.issued.entry(e.dev).or_insert(0);
                 *depth += 1;
-                // Requests that lost their completion before the horizon are no longer
-                // on the device, though not yet found.
-                let orphans = if t > self.missing.horizon {
+                // Requests that lost their completion are no longer on the device,
+                // though not yet found. When each left is only known to a window, so
+                // they leave the depth from its start: the depth is never more than
+                // the device held, at worst one less for I/Os issued in the window
+                // before the completion was lost.
+                let orphans = if t > self.missing.since {
                     self.missing.complete
                 } else {
                     0
@@ -357,11 +362,11 @@ impl BlockCorrelator {
             BlockKind::BioBackMerge => self.counters.merged += 1,
             BlockKind::BioFrontMerge => {
                 self.counters.merged += 1;
-                let old = (e.dev, e.sector + e.nr_sector as u64);
+                let old = (e.dev, e.sector.saturating_add(u64::from(e.nr_sector)));
                 if let Some((mut p, _)) = self.pending.take_where(&old, |p| p.issue.is_none()) {
                     p.sector = e.sector;
                     p.bytes += (e.nr_sector as u64) << 9;
-                    p.remaining += e.nr_sector;
+                    p.remaining = p.remaining.saturating_add(e.nr_sector);
                     self.add(key, p, out);
                 }
             }
@@ -398,7 +403,11 @@ impl BlockCorrelator {
                     // Partial completion: the rest completes later at the next sector.
                     self.counters.partial += 1;
                     p.remaining -= e.nr_sector;
-                    self.add((e.dev, e.sector + e.nr_sector as u64), p, out);
+                    self.add(
+                        (e.dev, e.sector.saturating_add(u64::from(e.nr_sector))),
+                        p,
+                        out,
+                    );
                     return;
                 }
                 let r = self.record(e.dev, &p, Some((t, e.error)), held);
@@ -507,15 +516,22 @@ impl Correlator for BlockCorrelator {
         self.counters.in_flight = 0;
     }
 
-    fn on_missing(&mut self, event: &str, n: u64, before: u64) -> bool {
+    fn on_missing(&mut self, gap: &Gap<'_>) -> bool {
         let m = &mut self.missing;
-        match event.rsplit(':').next() {
-            Some("block_rq_complete") => m.complete += n,
-            Some("block_rq_issue") => m.issue += n,
-            Some("block_rq_insert") => m.insert += n,
-            _ => m.other += n,
+        match gap.event.rsplit(':').next() {
+            Some("block_rq_complete") => {
+                m.since = if m.complete == 0 {
+                    gap.after
+                } else {
+                    m.since.min(gap.after)
+                };
+                m.complete += gap.n;
+            }
+            Some("block_rq_issue") => m.issue += gap.n,
+            Some("block_rq_insert") => m.insert += gap.n,
+            _ => m.other += gap.n,
         }
-        m.horizon = m.horizon.max(before);
+        m.horizon = m.horizon.max(gap.before);
         true
     }
 
@@ -709,8 +725,14 @@ mod tests {
         let mut c = BlockCorrelator::new(BlockConfig::default());
         let mut out = Vec::new();
         for (i, e) in events.iter().enumerate() {
-            for &(_, ev, n, before) in missing.iter().filter(|m| m.0 == i) {
-                assert!(c.on_missing(ev, n, before));
+            for &(_, event, n, before) in missing.iter().filter(|m| m.0 == i) {
+                let gap = Gap {
+                    event,
+                    n,
+                    after: 0,
+                    before,
+                };
+                assert!(c.on_missing(&gap));
             }
             c.on_event(e, &mut |r| out.push(r));
         }

@@ -341,10 +341,18 @@ impl CmdTracker {
     }
 
     /// Put back a command taken by a completion that turned out not to be its own.
-    pub(crate) fn restore(&mut self, p: Pending) {
+    /// Returns the commands given up to make room (to bound memory), counted
+    /// `incomplete`, for the caller to write.
+    pub(crate) fn restore(&mut self, p: Pending) -> Vec<Pending> {
         *self.depth.entry((p.cmd.ctrl_id, p.cmd.qid)).or_insert(0) += 1;
-        self.pending.insert(p.key(), p, &mut |_, _| {});
+        let mut gone = Vec::new();
+        self.pending.insert(p.key(), p, &mut |_, p| gone.push(p));
+        self.counters.incomplete += gone.len() as u64;
+        for p in &gone {
+            self.left(p);
+        }
         self.counters.in_flight = self.pending.len() as u64;
+        gone
     }
 
     /// A completion no command was found for.
@@ -385,7 +393,7 @@ impl CmdTracker {
         };
         let (cmd_ns, nvme_status, retries, status) = match done {
             Some((t, d)) => (
-                Some(t.saturating_sub(p.submit)),
+                t.checked_sub(p.submit),
                 Some(d.status),
                 Some(d.retries),
                 if d.status == 0 {

@@ -26,8 +26,13 @@ impl Started for AtSector {
     }
 }
 
-/// A host completion waiting for the `block_rq_complete` that the driver emits right
-/// after it on the same CPU.
+/// A host completion waiting for the `block_rq_complete` that the driver emits after it
+/// on the same CPU. With batched completions (`nvme_complete_batch`) the driver emits
+/// every `nvme_complete_rq` of the batch first and then every `block_rq_complete`, so
+/// each CPU holds a queue of them, and a block completion goes to the held completion
+/// whose command is at its place (else to the oldest held). The first host completion
+/// after a block completion on that CPU starts a new batch: what the last one left
+/// unconfirmed is settled by its cid.
 ///
 /// Why: on NVMe/TCP (6.1) a write that needs an R2T has its command PDU buffer reused
 /// for the H2C data PDU header, so `nvme_complete_rq` reads the command id from bytes
@@ -42,6 +47,9 @@ struct Held {
     by_cid: Option<Pending>,
 }
 
+/// Completions held per CPU at most (a batch is at most a queue's depth).
+const MAX_HELD: usize = 4096;
+
 pub struct NvmeCorrelator {
     pub(super) tracker: CmdTracker,
     blocks: BioJoin,
@@ -51,8 +59,9 @@ pub struct NvmeCorrelator {
     /// (dev, sector) of the commands in flight that have one, for `Held`; several
     /// commands may share one (a hot block).
     by_sector: Inflight<(u32, u64), AtSector>,
-    /// Per CPU: the completion waiting for its block completion.
-    held: Vec<Option<Held>>,
+    /// Per CPU: the completions waiting for their block completion, oldest first, and
+    /// whether a block completion came since the last host completion.
+    held: Vec<(Vec<Held>, bool)>,
     /// Reused between events so that handing records out allocates nothing.
     fin: Vec<Finished>,
 }
@@ -113,7 +122,9 @@ impl NvmeCorrelator {
     }
 
     fn on_done(&mut self, t: u64, cpu: u32, done: &NvmeDone, out: &mut dyn FnMut(NvmeRecord)) {
-        self.release(cpu, out);
+        if self.held.get(cpu as usize).is_some_and(|h| h.1) {
+            self.release(cpu, out);
+        }
         let by_cid = match self.tracker.claim(done) {
             Claim::Ignored => return,
             Claim::Found(p) => Some(p),
@@ -134,9 +145,16 @@ impl NvmeCorrelator {
         }
         let slot = cpu as usize;
         if self.held.len() <= slot {
-            self.held.resize(slot + 1, None);
+            self.held.resize_with(slot + 1, Default::default);
         }
-        self.held[slot] = Some(Held {
+        let (queue, _) = &mut self.held[slot];
+        // A batch is bounded by the queue depth; a queue this long means the block
+        // completions are not coming (not traced): settle the oldest by its cid.
+        if queue.len() >= MAX_HELD {
+            let h = queue.remove(0);
+            self.settle(h, out);
+        }
+        self.held[slot].0.push(Held {
             t,
             done: *done,
             by_cid,
@@ -145,15 +163,32 @@ impl NvmeCorrelator {
 
     /// The block completion of the request a held completion belongs to.
     fn on_block_complete(&mut self, cpu: u32, e: &BlockEvent, out: &mut dyn FnMut(NvmeRecord)) {
-        let Some(h) = self.held.get_mut(cpu as usize).and_then(Option::take) else {
+        let here = (e.dev, e.sector);
+        let Some(n) = self.held.get(cpu as usize).map(|h| h.0.len()) else {
             return;
         };
-        let here = (e.dev, e.sector);
-        if let Some(p) = &h.by_cid {
-            if self.place(&p.cmd, p.lba_size) == Some(here) {
-                out(self.finish_one((*p, Some((h.t, h.done)))));
-                return;
+        // The held completion whose command is at this place, else the oldest.
+        let mut at = None;
+        for i in 0..n {
+            let named = self.held[cpu as usize].0[i]
+                .by_cid
+                .map(|p| (p.cmd, p.lba_size));
+            if let Some((cmd, lba_size)) = named {
+                if self.place(&cmd, lba_size) == Some(here) {
+                    at = Some(i);
+                    break;
+                }
             }
+        }
+        let (queue, batch_seen) = &mut self.held[cpu as usize];
+        *batch_seen = true;
+        if queue.is_empty() {
+            return;
+        }
+        let h = queue.remove(at.unwrap_or(0));
+        if let (Some(p), Some(_)) = (&h.by_cid, at) {
+            out(self.finish_one((*p, Some((h.t, h.done)))));
+            return;
         }
         let queue = (h.done.ctrl_id, h.done.qid);
         let real = self
@@ -165,7 +200,9 @@ impl NvmeCorrelator {
             Some(p) => {
                 // The cid was wrong: the command it named is still in flight.
                 if let Some(wrong) = h.by_cid {
-                    self.tracker.restore(wrong);
+                    for p in self.tracker.restore(wrong) {
+                        out(self.finish_one((p, None)));
+                    }
                 }
                 out(self.finish_one((p, Some((h.t, h.done)))));
             }
@@ -177,8 +214,11 @@ impl NvmeCorrelator {
     /// A held completion whose block completion did not come (a retried command, or
     /// block_rq_complete not traced): trust the cid.
     fn release(&mut self, cpu: u32, out: &mut dyn FnMut(NvmeRecord)) {
-        if let Some(h) = self.held.get_mut(cpu as usize).and_then(Option::take) {
-            self.settle(h, out);
+        if let Some((queue, batch_seen)) = self.held.get_mut(cpu as usize) {
+            *batch_seen = false;
+            for h in std::mem::take(queue) {
+                self.settle(h, out);
+            }
         }
     }
 

@@ -42,7 +42,8 @@ pub(crate) fn add(acc: &mut Option<u64>, v: Option<u64>) {
 }
 
 pub(crate) fn diff(later: Option<u64>, earlier: Option<u64>) -> Option<u64> {
-    Some(later?.saturating_sub(earlier?))
+    // A later event stamped before the earlier one is a mispairing: no cell, never a 0.
+    later?.checked_sub(earlier?)
 }
 
 impl HostIo {
