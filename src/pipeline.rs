@@ -445,3 +445,43 @@ fn drain_round(
     pipe.end_round(&mut |r| deliver(sink, r, &mut first_err));
     first_err.map_or(Ok(()), |e| Err(e.into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Status;
+    use crate::sink::testrec::T;
+
+    #[test]
+    fn unclaimed_missing_samples_relabel_as_many_given_up_records() {
+        let (mut unclaimed, mut relabeled) = (2, 0);
+        let mut r = Relabel {
+            unclaimed: &mut unclaimed,
+            relabeled: &mut relabeled,
+        };
+        let incomplete = |start| T {
+            status: Status::Incomplete,
+            ..T::new(start, "read", None, None)
+        };
+        let out: Vec<Status> = [
+            T::new(1, "read", Some(5), None),
+            incomplete(2),
+            incomplete(3),
+            incomplete(4),
+        ]
+        .into_iter()
+        .map(|t| r.apply(t).status)
+        .collect();
+        // Completed rows are never relabeled; two missing samples cut two I/Os.
+        assert_eq!(
+            out,
+            [
+                Status::Ok,
+                Status::Dropped,
+                Status::Dropped,
+                Status::Incomplete
+            ]
+        );
+        assert_eq!((unclaimed, relabeled), (0, 2));
+    }
+}

@@ -143,8 +143,10 @@ impl BioCorrelator {
         }
         let (r2c, q2c, error, status) = match done {
             Some((t, err)) => (
-                io.remap.map(|r| t.saturating_sub(r)),
-                Some(t.saturating_sub(io.first)),
+                // A completion stamped before the bio's own events (out of order)
+                // leaves the cell empty, never a 0.
+                io.remap.and_then(|r| t.checked_sub(r)),
+                t.checked_sub(io.first),
                 err,
                 if err == 0 { Status::Ok } else { Status::Error },
             ),
@@ -165,7 +167,7 @@ impl BioCorrelator {
                 status,
             },
             target,
-            q2r_ns: io.remap.map(|r| r.saturating_sub(io.first)),
+            q2r_ns: io.remap.and_then(|r| r.checked_sub(io.first)),
             r2c_ns: r2c,
             q2c_ns: q2c,
         }

@@ -18,12 +18,14 @@ pub struct NvmeRecord {
 
 impl NvmeRecord {
     pub fn blk_to_driver_ns(&self) -> Option<u64> {
-        self.block_ns.map(|b| self.core.submit_ns.saturating_sub(b))
+        // A block event after the command's submission is not its own: no cell.
+        self.block_ns
+            .and_then(|b| self.core.submit_ns.checked_sub(b))
     }
 
     pub fn total_ns(&self) -> Option<u64> {
         match (self.block_ns, self.core.cmd_ns) {
-            (Some(b), Some(c)) => Some(self.core.submit_ns.saturating_add(c).saturating_sub(b)),
+            (Some(b), Some(c)) => self.core.submit_ns.saturating_add(c).checked_sub(b),
             _ => None,
         }
     }
