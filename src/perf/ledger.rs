@@ -40,8 +40,6 @@ impl Missing {
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Cell {
-    cpu: u32,
-    event: usize,
     /// The previous estimate and when it was made.
     prev: Option<(u64, u64)>,
     /// Missing samples reported so far.
@@ -55,7 +53,8 @@ struct Cell {
 /// Missing samples per CPU and event, reported once each.
 #[derive(Debug, Default, Clone)]
 pub struct Ledger {
-    cells: Vec<Cell>,
+    /// By (CPU, event): a large host has thousands, looked up at every tally.
+    cells: std::collections::BTreeMap<(u32, usize), Cell>,
 }
 
 /// Per CPU: samples lost to a full ring, and samples dropped with no trace in the ring.
@@ -70,25 +69,6 @@ impl Ledger {
         Ledger::default()
     }
 
-    fn cell(&mut self, cpu: u32, event: usize) -> &mut Cell {
-        let i = match self
-            .cells
-            .iter()
-            .position(|c| c.cpu == cpu && c.event == event)
-        {
-            Some(i) => i,
-            None => {
-                self.cells.push(Cell {
-                    cpu,
-                    event,
-                    ..Cell::default()
-                });
-                self.cells.len() - 1
-            }
-        };
-        &mut self.cells[i]
-    }
-
     /// Takes the tallies of one settled snapshot; returns what newly went missing, and
     /// the time up to which every CPU's missing samples are now known (`None` before a
     /// second tally confirms the first). `exact`: the events are disabled and every
@@ -98,7 +78,7 @@ impl Ledger {
         // The earliest over every CPU and event; unknown while any is unconfirmed.
         let mut known = (!tallies.is_empty()).then_some(u64::MAX);
         for t in tallies {
-            let c = self.cell(t.cpu, t.event);
+            let c = self.cells.entry((t.cpu, t.event)).or_default();
             let now = t.missing();
             c.lost = t.lost;
             let (confirmed, before) = match (exact, c.prev) {
@@ -132,7 +112,7 @@ impl Ledger {
 
     /// Samples reported missing so far, over every CPU and event.
     pub fn missing(&self) -> u64 {
-        self.cells.iter().map(|c| c.reported).sum()
+        self.cells.values().map(|c| c.reported).sum()
     }
 
     /// Lost and dropped per CPU. `lost_records` are the `PERF_RECORD_LOST` totals per
@@ -142,7 +122,10 @@ impl Ledger {
     pub fn losses(&self, lost_records: &[(u32, u64)]) -> Losses {
         let mut l = Losses::default();
         for &(cpu, records) in lost_records {
-            let mine = self.cells.iter().filter(|c| c.cpu == cpu);
+            let mine = self
+                .cells
+                .range((cpu, 0)..=(cpu, usize::MAX))
+                .map(|(_, c)| c);
             let missing: u64 = mine.clone().map(|c| c.reported).sum();
             let counted_lost: u64 = mine.map(|c| c.lost.unwrap_or(0)).sum();
             let lost = records.max(counted_lost);
