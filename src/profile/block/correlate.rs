@@ -132,6 +132,16 @@ impl Unaccounted {
     }
 }
 
+/// What the correlator learnt of one device.
+#[derive(Debug, Clone, Copy)]
+struct DevSeen {
+    dev: u32,
+    /// The largest d2c of a pairing with one candidate.
+    certain_d2c: u64,
+    /// Its requests go through a scheduler (an insert was seen).
+    scheduled: bool,
+}
+
 /// Between scans for requests that lost their completion, in event time.
 const SCAN_EVERY_NS: u64 = 1_000_000;
 
@@ -143,10 +153,8 @@ pub struct BlockCorrelator {
     names: FxMap<u32, Arc<str>>,
     counters: Counters,
     missing: Unaccounted,
-    /// Per device, the largest d2c of a pairing with one candidate.
-    certain_d2c: FxMap<u32, u64>,
-    /// Devices whose requests go through a scheduler (an insert was seen).
-    scheduled: FxMap<u32, ()>,
+    /// Per device (a run traces few: a short list beats hashing on every event).
+    devs: Vec<DevSeen>,
 }
 
 impl BlockCorrelator {
@@ -163,8 +171,7 @@ impl BlockCorrelator {
             names,
             counters: Counters::default(),
             missing: Unaccounted::default(),
-            certain_d2c: FxMap::default(),
-            scheduled: FxMap::default(),
+            devs: Vec::new(),
         }
     }
 
@@ -176,8 +183,27 @@ impl BlockCorrelator {
         if self.missing.complete == 0 || issue > self.missing.horizon {
             return false;
         }
-        let longest = self.certain_d2c.get(&dev).copied().unwrap_or(0);
+        let longest = self
+            .devs
+            .iter()
+            .find(|d| d.dev == dev)
+            .map_or(0, |d| d.certain_d2c);
         t.saturating_sub(issue) > longest + longest / 2 + 50_000
+    }
+
+    fn dev_seen(&mut self, dev: u32) -> &mut DevSeen {
+        let i = match self.devs.iter().position(|d| d.dev == dev) {
+            Some(i) => i,
+            None => {
+                self.devs.push(DevSeen {
+                    dev,
+                    certain_d2c: 0,
+                    scheduled: false,
+                });
+                self.devs.len() - 1
+            }
+        };
+        &mut self.devs[i]
     }
 
     /// A request that lost one of its events: its row, `dropped`.
@@ -300,7 +326,7 @@ impl BlockCorrelator {
             // Bios are not requests; this profile does not open the event.
             BlockKind::BioQueue => return,
             BlockKind::Insert => {
-                self.scheduled.insert(e.dev, ());
+                self.dev_seen(e.dev).scheduled = true;
                 if let Some(p) = self
                     .pending
                     .find_mut(&key, |p| p.requeued && p.issue.is_none())
@@ -337,7 +363,7 @@ impl BlockCorrelator {
                     p.qd = qd;
                     // Issued without an insert on a device with a scheduler, while an
                     // insert is unaccounted: this is the request that lost it.
-                    if self.missing.insert > 0 && self.scheduled.contains_key(&e.dev) {
+                    if self.missing.insert > 0 && self.dev_seen(e.dev).scheduled {
                         self.missing.insert -= 1;
                         p.cut = true;
                     }
@@ -375,7 +401,7 @@ impl BlockCorrelator {
                 let mut first_issue = self.first_issued(&key, e.nr_sector);
                 // The request this would pair with lost its own completion: it is
                 // written `dropped`, and the completion goes to the next one.
-                while let Some(i) = first_issue {
+                while let Some(i) = first_issue.filter(|_| self.missing.complete > 0) {
                     let lost = self
                         .pending
                         .find_mut(&key, |p| p.issue == Some(i))
@@ -413,8 +439,8 @@ impl BlockCorrelator {
                 let r = self.record(e.dev, &p, Some((t, e.error)), held);
                 if held == 1 && r.status == Status::Ok {
                     if let Some(d2c) = r.d2c_ns {
-                        let m = self.certain_d2c.entry(e.dev).or_insert(0);
-                        *m = (*m).max(d2c);
+                        let d = self.dev_seen(e.dev);
+                        d.certain_d2c = d.certain_d2c.max(d2c);
                     }
                 }
                 out(r);
