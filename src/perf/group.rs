@@ -20,7 +20,7 @@ use super::host::{fds_needed, raise_nofile};
 use super::record::{Record, RecordError, SampleFormat};
 use super::ring::{Ring, RingError};
 use super::{sys, PerfError};
-use perf_event_open_sys::bindings::{PERF_RECORD_THROTTLE, PERF_RECORD_UNTHROTTLE};
+use perf_event_open_sys::bindings::PERF_RECORD_THROTTLE;
 
 /// Data pages per CPU ring unless configured otherwise (1 MiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 256;
@@ -101,9 +101,8 @@ struct CpuRing {
     ring: Ring,
     /// Samples reported lost by `PERF_RECORD_LOST` records.
     lost: u64,
-    /// `PERF_RECORD_THROTTLE` and `PERF_RECORD_UNTHROTTLE` records.
+    /// `PERF_RECORD_THROTTLE` records.
     throttled: u64,
-    unthrottled: u64,
     /// Samples received, per distinct tracepoint (`PerfGroup::types`).
     received: Vec<u64>,
     snap: Option<Snap>,
@@ -298,7 +297,6 @@ impl PerfGroup {
                 ring,
                 lost: 0,
                 throttled: 0,
-                unthrottled: 0,
                 received: vec![0; types.len()],
                 snap: None,
             });
@@ -367,15 +365,6 @@ impl PerfGroup {
             }
         }
         Some(out)
-    }
-
-    /// The snapshot time of the pending snapshot (the latest over the rings).
-    pub fn snapshot_at(&self) -> Option<u64> {
-        self.rings
-            .iter()
-            .filter_map(|r| r.snap.as_ref())
-            .map(|s| s.at)
-            .max()
     }
 
     /// Every event's count per distinct tracepoint of ring `r`, and its lost count.
@@ -516,7 +505,7 @@ impl PerfGroup {
         let types = &self.types;
         let r = &mut self.rings[ring];
         let lost_total = &mut r.lost;
-        let (throttled, unthrottled) = (&mut r.throttled, &mut r.unthrottled);
+        let throttled = &mut r.throttled;
         let received = &mut r.received;
         let mut snap = r.snap.as_mut();
         let mut stats = DrainStats::default();
@@ -548,8 +537,6 @@ impl PerfGroup {
                         if kind == PERF_RECORD_THROTTLE {
                             stats.throttled += 1;
                             *throttled += 1;
-                        } else if kind == PERF_RECORD_UNTHROTTLE {
-                            *unthrottled += 1;
                         }
                     }
                 }
