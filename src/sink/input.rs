@@ -24,6 +24,14 @@ impl Input {
     pub fn open(path: &Path) -> Result<Input, SinkError> {
         if is_parquet(path) {
             let rows = ParquetRows::open(path)?;
+            if let Some(n) = rows.cut {
+                // Said here, once for every reader (report, merge, plot): the rows
+                // that follow are all the file holds that can be trusted.
+                eprintln!(
+                    "ntprof-perf: warning: {} ends inside a row-group write (the recorder was killed or the disk filled); read its first {n} bytes, up to the last whole footer; `truncate -s {n} {0}` makes it whole for other readers",
+                    path.display()
+                );
+            }
             let header = rows.header.clone();
             return Ok(Input {
                 path: path.to_path_buf(),

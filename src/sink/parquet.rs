@@ -180,13 +180,28 @@ impl Builder {
 }
 
 /// The file under the Parquet writer. Bytes the writer hands over are held until
-/// [`Staged::commit`], which writes them and a footer with one positional write at the
-/// end of the committed data: the file on disk always ends with a whole footer.
+/// [`Staged::commit`], which puts them and a new footer where the old footer was.
+///
+/// Readers find a Parquet file's footer at its end, and a write can be cut anywhere by
+/// SIGKILL or a full disk. So a commit never lets the end of the file be anything but a
+/// whole footer: it first writes a copy of the current footer past the place the new
+/// bytes will end (the file grows, and still ends with the current footer), then
+/// writes the row group and the new footer over the old one, and finally cuts the file
+/// after the new footer, which is one atomic size change. Cut during the second write,
+/// the file reads as before the commit. Only a cut inside the first write (one footer's
+/// length) leaves an end readers reject; the old footer is still whole in the file then,
+/// and [`ParquetRows::open`] reads up to it.
 struct Staged {
     file: File,
     /// End of the committed data (where the next commit writes).
     pos: u64,
     pending: Vec<u8>,
+    /// The footer now at the end of the file (empty before the first commit).
+    footer: Vec<u8>,
+    /// Tests: how many more bytes the file may take before writes fail, to cut a commit
+    /// at every point a kill could.
+    #[cfg(test)]
+    budget: Option<u64>,
 }
 
 impl Write for Staged {
@@ -200,37 +215,74 @@ impl Write for Staged {
 }
 
 impl Staged {
+    fn new(file: File) -> Staged {
+        Staged {
+            file,
+            pos: 0,
+            pending: Vec::new(),
+            footer: Vec::new(),
+            #[cfg(test)]
+            budget: None,
+        }
+    }
+
+    fn write_at(&mut self, buf: &[u8], at: u64) -> std::io::Result<()> {
+        #[cfg(test)]
+        if let Some(left) = self.budget.as_mut() {
+            let n = buf.len().min(*left as usize);
+            self.file.write_all_at(&buf[..n], at)?;
+            *left -= n as u64;
+            if n < buf.len() {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            return Ok(());
+        }
+        self.file.write_all_at(buf, at)
+    }
+
     /// Write the pending bytes and then `footer` (not part of the data: the next commit
     /// overwrites it), and cut the file after them.
     fn commit(&mut self, footer: &[u8]) -> std::io::Result<()> {
         let data = self.pending.len() as u64;
         self.pending.extend_from_slice(footer);
-        // The write below overwrites the footer that makes the file readable now. The
-        // space it needs is reserved first (without changing the file's size), so a
-        // full disk fails here, before the old footer is touched, and the file stays
-        // readable up to its last row group. A filesystem that cannot reserve
-        // (EOPNOTSUPP) goes without.
+        let end = self.pos + self.pending.len() as u64;
+        let result = self.commit_at(end);
+        if result.is_err() {
+            self.pending.truncate(data as usize);
+            return result;
+        }
+        self.pending.clear();
+        self.pos += data;
+        self.footer = footer.to_vec();
+        Ok(())
+    }
+
+    fn commit_at(&mut self, end: u64) -> std::io::Result<()> {
+        // The space is reserved first (without changing the file's size), so a full
+        // disk fails here, before anything is written. A filesystem that cannot
+        // reserve (EOPNOTSUPP) goes without.
         use std::os::fd::AsRawFd;
         let reserve = nix::fcntl::fallocate(
             self.file.as_raw_fd(),
             nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
             self.pos as libc::off_t,
-            self.pending.len() as libc::off_t,
+            (end - self.pos + self.footer.len() as u64) as libc::off_t,
         );
         match reserve {
             Ok(()) | Err(nix::errno::Errno::EOPNOTSUPP) => {}
-            Err(e) => {
-                self.pending.truncate(data as usize);
-                return Err(e.into());
-            }
+            Err(e) => return Err(e.into()),
         }
-        self.file.write_all_at(&self.pending, self.pos)?;
-        self.pending.clear();
-        self.pos += data;
-        // The new footer is longer than the one it replaces (more row groups) and data
-        // came before it, so nothing of the old one is left past the end; the cut is
-        // for the final commit, whose footer the writer wrote as data.
-        self.file.set_len(self.pos + footer.len() as u64)
+        if !self.footer.is_empty() {
+            let copy = std::mem::take(&mut self.footer);
+            let r = self.write_at(&copy, end);
+            self.footer = copy;
+            r?;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let r = self.write_at(&pending, self.pos);
+        self.pending = pending;
+        r?;
+        self.file.set_len(end)
     }
 }
 
@@ -280,11 +332,7 @@ impl ParquetSink {
         let opts = ArrowWriterOptions::new()
             .with_properties(props.clone())
             .with_skip_arrow_metadata(true);
-        let staged = Staged {
-            file,
-            pos: 0,
-            pending: Vec::new(),
-        };
+        let staged = Staged::new(file);
         let writer =
             ArrowWriter::try_new_with_options(staged, arrow.clone(), opts).map_err(perr)?;
         let mut s = ParquetSink {
@@ -455,6 +503,75 @@ pub struct ParquetRows {
     /// The file's key-value metadata (see [`FileInfo`]).
     pub meta: Vec<(String, String)>,
     what: String,
+    /// Set when the file ended inside a commit (see [`Staged`]) and was read up to the
+    /// last whole footer: the length read.
+    pub cut: Option<u64>,
+}
+
+/// The first `len` bytes of a file, as a Parquet reader's input.
+#[derive(Clone)]
+struct Prefix {
+    file: std::sync::Arc<File>,
+    len: u64,
+}
+
+impl parquet::file::reader::Length for Prefix {
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+impl parquet::file::reader::ChunkReader for Prefix {
+    type T = <File as parquet::file::reader::ChunkReader>::T;
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        self.file.get_read(start)
+    }
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
+        if start.saturating_add(length as u64) > self.len {
+            return Err(ParquetError::EOF(format!(
+                "{length} bytes at {start} are past the footer's end {}",
+                self.len
+            )));
+        }
+        self.file.get_bytes(start, length)
+    }
+}
+
+/// A file whose end is not a footer was cut inside a commit's first write; the footer
+/// before it is whole, somewhere before the end (a row group's length back at most).
+/// Each `PAR1` from the end back is tried as a footer's end.
+fn last_whole_footer(whole: &Prefix) -> Option<(ParquetRecordBatchReaderBuilder<Prefix>, u64)> {
+    const CHUNK: u64 = 1 << 20;
+    const MAX_BACK: u64 = 512 << 20;
+    const MAX_TRIES: usize = 64;
+    let mut tries = 0;
+    let mut hi = whole.len;
+    while hi > 8 && whole.len - hi < MAX_BACK {
+        let lo = hi.saturating_sub(CHUNK);
+        // 3 bytes of overlap, so a magic across the chunk boundary is seen.
+        let end = (hi + 3).min(whole.len);
+        let mut buf = vec![0u8; (end - lo) as usize];
+        whole.file.read_exact_at(&mut buf, lo).ok()?;
+        for i in (0..buf.len().saturating_sub(3)).rev() {
+            let at = lo + i as u64;
+            if at + 4 > hi + 3 || &buf[i..i + 4] != b"PAR1" || at < 8 {
+                continue;
+            }
+            tries += 1;
+            if tries > MAX_TRIES {
+                return None;
+            }
+            let p = Prefix {
+                file: whole.file.clone(),
+                len: at + 4,
+            };
+            if let Ok(b) = ParquetRecordBatchReaderBuilder::try_new(p) {
+                return Some((b, at + 4));
+            }
+        }
+        hi = lo;
+    }
+    None
 }
 
 impl ParquetRows {
@@ -468,7 +585,18 @@ impl ParquetRows {
             path: path.to_path_buf(),
             source,
         })?;
-        let b = ParquetRecordBatchReaderBuilder::try_new(file).map_err(perr)?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let whole = Prefix {
+            file: std::sync::Arc::new(file),
+            len,
+        };
+        let (b, cut) = match ParquetRecordBatchReaderBuilder::try_new(whole.clone()) {
+            Ok(b) => (b, None),
+            Err(e) => match last_whole_footer(&whole) {
+                Some(b) => (b.0, Some(b.1)),
+                None => return Err(perr(e)),
+            },
+        };
         let meta = b
             .metadata()
             .file_metadata()
@@ -495,6 +623,7 @@ impl ParquetRows {
             header,
             meta,
             what,
+            cut,
         })
     }
 
@@ -571,4 +700,105 @@ fn text(a: &dyn Array, i: usize, out: &mut String) -> Result<(), DataType> {
         other => return Err(other.clone()),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::block::events::Op;
+    use crate::profile::block::record::{BlockRecord, DeviceIo};
+    use crate::record::Status;
+
+    fn row(i: u64) -> BlockRecord {
+        BlockRecord {
+            io: DeviceIo {
+                start_ns: 1_000 + i,
+                dev: 7,
+                device: "loop0".into(),
+                op: Op::Read,
+                sector: i * 8,
+                bytes: 4096,
+                error: 0,
+                qd: Some(1),
+                candidates: Some(1),
+                status: Status::Ok,
+            },
+            q2d_ns: Some(i),
+            d2c_ns: Some(2 * i),
+            q2c_ns: Some(3 * i),
+        }
+    }
+
+    fn rows_in(path: &Path) -> Result<(u64, Option<u64>), SinkError> {
+        let mut r = ParquetRows::open(path)?;
+        let mut cells = Vec::new();
+        let mut n = 0;
+        while r.next_row(&mut cells)?.is_some() {
+            n += 1;
+        }
+        Ok((n, r.cut))
+    }
+
+    /// A commit cut after any number of bytes (a kill, a full disk) leaves a file that
+    /// holds every row committed before it: readable as it is once the copy of the old
+    /// footer is whole, and up to the old footer before that.
+    #[test]
+    fn a_commit_cut_anywhere_keeps_the_rows_committed_before_it() {
+        let dir = std::env::temp_dir().join(format!("ntprof-staged-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let info = FileInfo {
+            host: "h".into(),
+            kernel: "k".into(),
+            profile: "block".into(),
+            sample: 1,
+            wall_offset_ns: 0,
+        };
+        let schema = row(0).schema();
+        let mut cuts = 0;
+        let mut checked = 0;
+        // Cut points: every byte of the first ones (the copy), then a stride through
+        // the row group and the new footer.
+        let mut budget = 0u64;
+        loop {
+            let path = dir.join("cut.parquet");
+            let mut s =
+                ParquetSink::create(&path, schema, WallClock::with_offset(0), &info).unwrap();
+            for i in 0..100 {
+                s.write(&row(i)).unwrap();
+            }
+            s.commit().unwrap();
+            assert_eq!(rows_in(&path).unwrap(), (100, None));
+            let old = s.writer.inner().footer.len() as u64;
+            for i in 100..5000 {
+                s.write(&row(i)).unwrap();
+            }
+            s.writer.inner_mut().budget = Some(budget);
+            let done = s.commit().is_ok();
+            let (n, cut) = rows_in(&path)
+                .unwrap_or_else(|e| panic!("cut after {budget} bytes: unreadable: {e}"));
+            if done {
+                assert_eq!((n, cut), (5000, None));
+                break;
+            }
+            assert_eq!(n, 100, "cut after {budget} bytes");
+            let data = s.writer.inner().pending.len() as u64;
+            assert_eq!(
+                cut.is_some(),
+                0 < budget && budget < old,
+                "cut after {budget} bytes"
+            );
+            cuts += cut.is_some() as u32;
+            checked += 1;
+            // Every byte near the edges of the copy, a stride through the rest.
+            budget += if budget < 16 || budget + 16 > old && budget < old + 16 {
+                1
+            } else if budget < old {
+                (old / 24).max(1)
+            } else {
+                (data / 48).max(1)
+            };
+        }
+        assert!(cuts > 0 && checked > cuts, "{cuts} of {checked}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
