@@ -343,7 +343,10 @@ impl Counting {
         let mut h = pipe.health();
         let losses = self.ledger.losses(&group.lost());
         h.set_losses(losses.lost, losses.dropped);
-        h.throttled = group.throttled().iter().map(|(_, n)| n).sum();
+        let kinds = group.record_kinds();
+        h.throttled = kinds.throttled;
+        h.unthrottled = kinds.unthrottled;
+        h.other_records = kinds.other;
         h
     }
 }

@@ -20,7 +20,7 @@ use super::host::{fds_needed, raise_nofile};
 use super::record::{Record, RecordError, SampleFormat};
 use super::ring::{Ring, RingError};
 use super::{sys, PerfError};
-use perf_event_open_sys::bindings::PERF_RECORD_THROTTLE;
+use perf_event_open_sys::bindings::{PERF_RECORD_THROTTLE, PERF_RECORD_UNTHROTTLE};
 
 /// Data pages per CPU ring unless configured otherwise (1 MiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 256;
@@ -92,6 +92,17 @@ pub struct DrainStats {
     pub ring_error: Option<RingError>,
 }
 
+/// Records other than samples and LOST, by kind: the kernel tells of sampling it
+/// stopped (THROTTLE, when an event fires faster than `perf_event_max_sample_rate`
+/// allows) and started again (UNTHROTTLE); no other kind is asked for, so any other is
+/// counted as unexpected.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RecordKinds {
+    pub throttled: u64,
+    pub unthrottled: u64,
+    pub other: u64,
+}
+
 /// The events of one CPU, feeding one ring.
 #[derive(Debug)]
 struct CpuRing {
@@ -101,8 +112,8 @@ struct CpuRing {
     ring: Ring,
     /// Samples reported lost by `PERF_RECORD_LOST` records.
     lost: u64,
-    /// `PERF_RECORD_THROTTLE` records.
-    throttled: u64,
+    /// Records that are neither samples nor LOST.
+    kinds: RecordKinds,
     /// Samples received, per distinct tracepoint (`PerfGroup::types`).
     received: Vec<u64>,
     snap: Option<Snap>,
@@ -296,7 +307,7 @@ impl PerfGroup {
                 fds,
                 ring,
                 lost: 0,
-                throttled: 0,
+                kinds: RecordKinds::default(),
                 received: vec![0; types.len()],
                 snap: None,
             });
@@ -402,9 +413,15 @@ impl PerfGroup {
         Ok((counted, lost))
     }
 
-    /// `(cpu, THROTTLE records)` for every ring.
-    pub fn throttled(&self) -> Vec<(u32, u64)> {
-        self.rings.iter().map(|r| (r.cpu, r.throttled)).collect()
+    /// The records of every ring that were neither samples nor LOST, by kind.
+    pub fn record_kinds(&self) -> RecordKinds {
+        let mut k = RecordKinds::default();
+        for r in &self.rings {
+            k.throttled += r.kinds.throttled;
+            k.unthrottled += r.kinds.unthrottled;
+            k.other += r.kinds.other;
+        }
+        k
     }
 
     /// Now, in ns on the clock the samples are stamped with, so it can be compared with
@@ -505,7 +522,7 @@ impl PerfGroup {
         let types = &self.types;
         let r = &mut self.rings[ring];
         let lost_total = &mut r.lost;
-        let throttled = &mut r.throttled;
+        let kinds = &mut r.kinds;
         let received = &mut r.received;
         let mut snap = r.snap.as_mut();
         let mut stats = DrainStats::default();
@@ -534,9 +551,13 @@ impl PerfGroup {
                     }
                     Record::Other { kind } => {
                         stats.other += 1;
-                        if kind == PERF_RECORD_THROTTLE {
-                            stats.throttled += 1;
-                            *throttled += 1;
+                        match kind {
+                            PERF_RECORD_THROTTLE => {
+                                stats.throttled += 1;
+                                kinds.throttled += 1;
+                            }
+                            PERF_RECORD_UNTHROTTLE => kinds.unthrottled += 1,
+                            _ => kinds.other += 1,
                         }
                     }
                 }

@@ -94,8 +94,13 @@ pub struct Health {
     /// `perf::group`), and per CPU.
     pub dropped: u64,
     pub dropped_per_cpu: PerCpu,
-    /// `PERF_RECORD_THROTTLE` records: the kernel stopped sampling for a while.
+    /// `PERF_RECORD_THROTTLE` records: the kernel stopped sampling for a while (the
+    /// samples it did not take are in no count), and `PERF_RECORD_UNTHROTTLE`: it started
+    /// again.
     pub throttled: u64,
+    pub unthrottled: u64,
+    /// Records of a kind ntprof-perf did not ask for.
+    pub other_records: u64,
     #[serde(flatten)]
     pub counters: Counters,
     /// I/Os the lost or dropped samples cost, as far as the records show.
@@ -140,8 +145,14 @@ impl Health {
         if self.missing() > 0 {
             s.push_str(&format!(", costing {} I/Os", self.lost_ios));
         }
-        if self.throttled > 0 {
-            s.push_str(&format!("  throttled {}", self.throttled));
+        if self.throttled > 0 || self.unthrottled > 0 {
+            s.push_str(&format!(
+                "  throttled {}  unthrottled {}",
+                self.throttled, self.unthrottled
+            ));
+        }
+        if self.other_records > 0 {
+            s.push_str(&format!("  other-records {}", self.other_records));
         }
         let c = &self.counters;
         s.push_str(&format!(

@@ -594,6 +594,8 @@ mod tests {
             "lost_ios",
             "cut",
             "throttled",
+            "unthrottled",
+            "other_records",
             "late",
             "bad_records",
         ] {
