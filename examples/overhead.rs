@@ -354,18 +354,23 @@ fn drain_floor(kdev: u64) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone()).expect("SIGINT");
-    let events = ["block_rq_insert", "block_rq_issue", "block_rq_complete", "block_rq_requeue"]
-        .iter()
-        .map(|e| {
-            let id = std::fs::read_to_string(format!("/sys/kernel/tracing/events/block/{e}/id"))
-                .expect("tracefs event id");
-            EventSpec {
-                name: format!("block:{e}"),
-                tracefs_id: id.trim().parse().expect("numeric id"),
-                filter: Some(format!("dev == {kdev}")),
-            }
-        })
-        .collect();
+    let events = [
+        "block_rq_insert",
+        "block_rq_issue",
+        "block_rq_complete",
+        "block_rq_requeue",
+    ]
+    .iter()
+    .map(|e| {
+        let id = std::fs::read_to_string(format!("/sys/kernel/tracing/events/block/{e}/id"))
+            .expect("tracefs event id");
+        EventSpec {
+            name: format!("block:{e}"),
+            tracefs_id: id.trim().parse().expect("numeric id"),
+            filter: Some(format!("dev == {kdev}")),
+        }
+    })
+    .collect();
     let cpus = ntprof_perf::perf::host::online_cpus().expect("online CPUs");
     let mut cfg = GroupConfig::new(events, cpus.clone());
     cfg.mmap_pages = ((32usize << 20) / cpus.len().max(1) / 4096)
@@ -391,7 +396,11 @@ fn drain_floor(kdev: u64) {
 fn main() {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some("--drain-floor") {
-        drain_floor(argv.get(2).and_then(|k| k.parse().ok()).expect("--drain-floor KDEV"));
+        drain_floor(
+            argv.get(2)
+                .and_then(|k| k.parse().ok())
+                .expect("--drain-floor KDEV"),
+        );
         return;
     }
     let args: Vec<u64> = std::env::args()

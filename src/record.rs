@@ -58,10 +58,21 @@ pub enum Role {
     Label,
     /// A latency in ns: a histogram per group in `stat`, a bar segment in a plot.
     Stage,
+    /// A latency in ns that is the sum of the stages named (column names), listed in the
+    /// order an I/O passes through them; a part may be a total itself. A stage like
+    /// any other for `stat`; a mark over its stacked parts in a plot.
+    Total(&'static [&'static str]),
     /// The row's [`Status`].
     Status,
     /// Anything else: identity, sizes, absolute marks.
     Value,
+}
+
+impl Role {
+    /// A latency column: a [`Role::Stage`] or a [`Role::Total`].
+    pub fn is_stage(self) -> bool {
+        matches!(self, Role::Stage | Role::Total(_))
+    }
 }
 
 /// The type of a column's values, for typed outputs and for reading rows back.
@@ -341,8 +352,11 @@ pub struct Schema {
     pub columns: Vec<ColumnDef>,
     /// Indexes of the `Label` columns, in table order.
     pub labels: Vec<usize>,
-    /// Indexes of the `Stage` columns, in table order.
+    /// Indexes of the `Stage` and `Total` columns, in table order.
     pub stages: Vec<usize>,
+    /// Per stage (indexed like `stages`): the stages it is the sum of, in the order an
+    /// I/O passes through them; empty for a stage that is not a total.
+    pub parts: Vec<Vec<usize>>,
     pub status: Option<usize>,
 }
 
@@ -364,13 +378,109 @@ impl Schema {
                 .map(|(i, _)| i)
                 .collect()
         };
-        Schema {
+        let stages: Vec<usize> = columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.role.is_stage())
+            .map(|(i, _)| i)
+            .collect();
+        // A static table's mistake: every profile's schema is built by its tests.
+        let parts = stages
+            .iter()
+            .map(|&i| match columns[i].role {
+                Role::Total(names) => names
+                    .iter()
+                    .map(|n| {
+                        stages
+                            .iter()
+                            .position(|&j| columns[j].name == *n && j != i)
+                            .unwrap_or_else(|| {
+                                panic!(
+                                    "{profile}: total {} names {n}, not another stage",
+                                    columns[i].name
+                                )
+                            })
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let s = Schema {
             profile,
             labels: with(Role::Label),
-            stages: with(Role::Stage),
+            stages,
+            parts,
             status: with(Role::Status).first().copied(),
             columns,
+        };
+        for k in 0..s.stages.len() {
+            // Also refuses a total that contains itself through another.
+            let _ = s.leaves(k);
         }
+        s
+    }
+
+    /// Whether stage `k` (an index into `stages`) is a total of others.
+    pub fn is_total(&self, k: usize) -> bool {
+        !self.parts[k].is_empty()
+    }
+
+    /// The stages that add up to stage `k`, totals among its parts replaced by their
+    /// own parts, in the order an I/O passes through them; `[k]` for a stage that is
+    /// not a total.
+    pub fn leaves(&self, k: usize) -> Vec<usize> {
+        fn walk(s: &Schema, k: usize, depth: usize, out: &mut Vec<usize>) {
+            assert!(
+                depth <= s.stages.len(),
+                "{}: a total that is a part of itself",
+                s.profile
+            );
+            if s.parts[k].is_empty() {
+                out.push(k);
+            }
+            for &p in &s.parts[k] {
+                walk(s, p, depth + 1, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, k, 0, &mut out);
+        out
+    }
+
+    /// The totals that are no other total's part: each spans everything its side of
+    /// the I/O saw, in table order.
+    pub fn top_totals(&self) -> Vec<usize> {
+        (0..self.stages.len())
+            .filter(|&k| self.is_total(k) && !self.parts.iter().any(|p| p.contains(&k)))
+            .collect()
+    }
+
+    /// Every stage that is not a total, in the order an I/O passes through them: the
+    /// leaves of each top total in turn, then any stage no total holds (table order).
+    pub fn passage(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = Vec::new();
+        for t in self.top_totals() {
+            for k in self.leaves(t) {
+                if !out.contains(&k) {
+                    out.push(k);
+                }
+            }
+        }
+        for k in 0..self.stages.len() {
+            if !self.is_total(k) && !out.contains(&k) {
+                out.push(k);
+            }
+        }
+        out
+    }
+
+    /// What an I/O took as a whole, as far as this record knows: the first top total
+    /// with a value, else the largest stage known (`values` indexed like `stages`).
+    pub fn whole(&self, values: &[Option<u64>]) -> Option<u64> {
+        self.top_totals()
+            .into_iter()
+            .find_map(|k| values.get(k).copied().flatten())
+            .or_else(|| values.iter().flatten().copied().max())
     }
 
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {

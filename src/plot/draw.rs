@@ -57,6 +57,52 @@ fn title(data: &Data, what: &str) -> String {
     format!("{file} ({} profile): {what}", data.schema.profile)
 }
 
+/// One bar of the breakdown: its label, its parts `(stage, from, to)` stacked in the
+/// order an I/O passes through them, and its totals' marks `(stage, at)` (µs).
+pub(crate) type Bar = (String, Vec<(usize, f64, f64)>, Vec<(usize, f64)>);
+
+/// The breakdown's bars (per group, per statistic) and the stage order of its legend:
+/// the parts as the column table orders them, then the totals. A total's mark starts
+/// where its first part starts, so it falls at the end of its parts when they add up.
+pub(crate) fn layout(data: &Data, stats: &[(&str, Option<f64>)]) -> (Vec<usize>, Vec<Bar>) {
+    let value = |v: &[u64], q: Option<f64>| match q {
+        None => mean(v),
+        Some(q) => percentile(v, q).map(|x| x as f64),
+    };
+    let schema = data.schema;
+    let order: Vec<usize> = schema
+        .passage()
+        .into_iter()
+        .chain((0..schema.stages.len()).filter(|&k| data.total[k]))
+        .collect();
+    let mut bars = Vec::new();
+    for g in &data.groups {
+        for (stat, q) in stats {
+            let mut x = 0.0;
+            let mut parts: Vec<(usize, f64, f64)> = Vec::new();
+            let mut marks = Vec::new();
+            for &k in &order {
+                let Some(val) = value(&g.values[k], *q).map(us) else {
+                    continue;
+                };
+                if data.total[k] {
+                    let from = schema
+                        .leaves(k)
+                        .iter()
+                        .find_map(|l| parts.iter().find(|p| p.0 == *l).map(|p| p.1))
+                        .unwrap_or(0.0);
+                    marks.push((k, from + val));
+                } else {
+                    parts.push((k, x, x + val));
+                    x += val;
+                }
+            }
+            bars.push((format!("{} · {stat}", g.name), parts, marks));
+        }
+    }
+    (order, bars)
+}
+
 /// One horizontal bar per group and statistic, stacked by the stages that are parts;
 /// totals are black marks, so the sum of the parts can be compared with them.
 fn breakdown(data: &Data, opts: &Options, root: &Area) -> Result<(), String> {
@@ -66,31 +112,7 @@ fn breakdown(data: &Data, opts: &Options, root: &Area) -> Result<(), String> {
     if opts.p99 {
         stats.push(("p99", Some(99.0)));
     }
-    let value = |v: &[u64], q: Option<f64>| match q {
-        None => mean(v),
-        Some(q) => percentile(v, q).map(|x| x as f64),
-    };
-    // (label, [(stage, from, to)], [(total stage, at)]) per bar, top to bottom.
-    let mut bars = Vec::new();
-    for g in &data.groups {
-        for (stat, q) in &stats {
-            let mut x = 0.0;
-            let mut parts = Vec::new();
-            let mut marks = Vec::new();
-            for (k, v) in g.values.iter().enumerate() {
-                let Some(val) = value(v, *q).map(us) else {
-                    continue;
-                };
-                if data.total[k] {
-                    marks.push((k, val));
-                } else {
-                    parts.push((k, x, x + val));
-                    x += val;
-                }
-            }
-            bars.push((format!("{} · {stat}", g.name), parts, marks));
-        }
-    }
+    let (order, bars) = layout(data, &stats);
     let xmax = bars
         .iter()
         .flat_map(|(_, p, m)| p.iter().map(|s| s.2).chain(m.iter().map(|s| s.1)))
@@ -125,6 +147,10 @@ fn breakdown(data: &Data, opts: &Options, root: &Area) -> Result<(), String> {
     chart
         .configure_mesh()
         .disable_y_mesh()
+        // A few round values, not the default's ten labels with ten light lines each,
+        // most of them over the legend's room past the data.
+        .x_labels(6)
+        .max_light_lines(1)
         .y_labels(bars.len())
         .y_label_formatter(&|v| match v {
             SegmentValue::CenterOf(r) if (0..n).contains(r) => labels[(n - 1 - r) as usize].clone(),
@@ -133,7 +159,8 @@ fn breakdown(data: &Data, opts: &Options, root: &Area) -> Result<(), String> {
         .x_desc("latency (µs)")
         .draw()
         .map_err(|e| e.to_string())?;
-    for (k, name) in names.iter().enumerate() {
+    for &k in &order {
+        let name = names[k];
         let c = colour(k);
         if data.total[k] {
             let marks: Vec<_> = bars
@@ -182,7 +209,7 @@ fn breakdown(data: &Data, opts: &Options, root: &Area) -> Result<(), String> {
                 r
             }))
             .map_err(|e| e.to_string())?
-            .label(*name)
+            .label(name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
     }
     chart

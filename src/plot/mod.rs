@@ -3,7 +3,7 @@
 //! with their stage latencies and start times; [`draw`] turns that into SVG.
 //!
 //! Nothing here knows a profile: groups, stages and which stages are totals come from
-//! the column table and the data.
+//! the column table.
 
 pub mod draw;
 
@@ -28,7 +28,7 @@ pub enum Kind {
 pub struct Options {
     pub kind: Kind,
     /// The stage shown by heatmap and histogram (name with or without `_ns`); default:
-    /// the total (the stage with the largest mean).
+    /// the top total the column table declares (the slowest stage when it has none).
     pub stage: Option<String>,
     /// Breakdown: add p99 bars.
     pub p99: bool,
@@ -176,95 +176,16 @@ impl Data {
         self.schema.stage_names().collect()
     }
 
-    /// Which stages are totals, drawn as a mark over the stacked parts rather than as a
-    /// part: a stage named `*total*`, or one that equals the sum of the other non-total
-    /// stages of the same I/O (within 1 % + 1 µs) in at least 90 % of the I/Os where
-    /// both are known (block's q2c = q2d + d2c), or exactly the sum of some two or more
-    /// of them (nvme-tcp's waiting = network + the four target stages: stacking it as
-    /// well would count that time twice). Checked on the data, so no profile has to
-    /// declare it.
+    /// Which stages are totals (the column table's [`Role::Total`]), drawn as a mark
+    /// over their stacked parts rather than as a part.
     pub fn totals(&self) -> Vec<bool> {
-        let names = self.stage_names();
-        let n = names.len();
-        let mut total: Vec<bool> = names.iter().map(|n| n.contains("total")).collect();
-        // A sample of the I/Os is enough to tell a sum from a coincidence.
-        let points: Vec<&Vec<Option<u64>>> = self
-            .groups
-            .iter()
-            .flat_map(|g| g.points.iter().map(|(_, v)| v))
-            .take(4000)
-            .collect();
-        let sums_to = |s: usize, parts: &[usize]| -> bool {
-            let (mut seen, mut equal) = (0u64, 0u64);
-            for vals in &points {
-                let Some(v) = vals[s] else { continue };
-                let known: Vec<u64> = parts.iter().filter_map(|&k| vals[k]).collect();
-                if known.len() != parts.len() {
-                    continue;
-                }
-                seen += 1;
-                // Exactly (stages are differences of the same marks): with a
-                // tolerance, small stages would match sums of other small ones.
-                let sum: u64 = known.iter().sum();
-                if v.abs_diff(sum) <= parts.len() as u64 {
-                    equal += 1;
-                }
-            }
-            seen > 0 && equal * 10 >= seen * 9
-        };
-        for s in 0..n {
-            if total[s] {
-                continue;
-            }
-            // Every other part (with the ones that are unknown for an I/O left out).
-            let (mut seen, mut equal) = (0u64, 0u64);
-            for vals in &points {
-                let Some(v) = vals[s] else { continue };
-                let parts: Vec<u64> = (0..n)
-                    .filter(|&k| k != s && !total[k])
-                    .filter_map(|k| vals[k])
-                    .collect();
-                if parts.is_empty() {
-                    continue;
-                }
-                let sum: u64 = parts.iter().sum();
-                seen += 1;
-                if v.abs_diff(sum) <= 1000 + v / 100 {
-                    equal += 1;
-                }
-            }
-            if seen > 0 && equal * 10 >= seen * 9 {
-                total[s] = true;
-                continue;
-            }
-            // Some of them: every subset of two or more (stages are few).
-            let others: Vec<usize> = (0..n).filter(|&k| k != s && !total[k]).collect();
-            if others.len() > 16 {
-                continue;
-            }
-            for mask in 1u32..(1 << others.len()) {
-                if mask.count_ones() < 2 || mask.count_ones() as usize == others.len() {
-                    continue;
-                }
-                let parts: Vec<usize> = (0..others.len())
-                    .filter(|b| mask & (1 << b) != 0)
-                    .map(|b| others[b])
-                    .collect();
-                if sums_to(s, &parts) {
-                    total[s] = true;
-                    break;
-                }
-            }
-        }
-        // Everything a total would leave nothing to stack: draw them as parts.
-        if total.iter().all(|&t| t) {
-            total.iter_mut().for_each(|t| *t = false);
-        }
-        total
+        (0..self.schema.stages.len())
+            .map(|k| self.schema.is_total(k))
+            .collect()
     }
 
-    /// The stage index for `--stage` (with or without `_ns`), or the one with the
-    /// largest mean over every I/O (the total, for every profile).
+    /// The stage index for `--stage` (with or without `_ns`), or the first top total
+    /// with data (see [`Schema::top_totals`]).
     pub fn pick_stage(&self, want: Option<&str>) -> Result<usize, PlotError> {
         let names = self.stage_names();
         if let Some(w) = want {
@@ -290,6 +211,11 @@ impl Data {
                 s / n as f64
             }
         };
+        // The whole I/O: the first declared top total with data, else the slowest stage.
+        let has_data = |k: usize| self.groups.iter().any(|g| !g.values[k].is_empty());
+        if let Some(k) = self.schema.top_totals().into_iter().find(|&k| has_data(k)) {
+            return Ok(k);
+        }
         Ok((0..names.len())
             .max_by(|&a, &b| mean(a).total_cmp(&mean(b)))
             .unwrap_or(0))
@@ -325,59 +251,85 @@ mod tests {
         assert_eq!(mean(&[1, 2]), Some(1.5));
     }
 
-    /// nvme-tcp's stages: host_total and target_total by name, waiting because it is the
-    /// sum of network and the four target stages; the others are the parts.
+    /// For every profile, on I/Os whose stages add up: the parts are stacked in the
+    /// order the column table gives, each declared total is a mark (and nothing else
+    /// is), and each mark falls where its own parts end.
     #[test]
-    fn sums_of_some_stages_are_totals_not_parts() {
-        use crate::profile::nvme_tcp::model::TcpRecord;
-        use crate::record::Tabled;
-        let schema = TcpRecord::table();
-        let names: Vec<&str> = schema.stage_names().collect();
-        let at = |n: &str| names.iter().position(|x| *x == n).unwrap();
-        let points = (0..50u64)
-            .map(|i| {
-                let mut v = vec![Some(0u64); names.len()];
-                let parts = [
-                    ("blk_submission", 1000 + i),
-                    ("nvme_tcp_submission", 2000),
-                    ("nstack_completion", 3000 + 7 * i),
-                    ("nvme_tcp_completion", 400),
-                    ("blk_completion", 5000),
-                    ("nstack_submission", 6000 + i * i),
-                    ("nvmet_tcp_submission", 700),
-                    ("target_subsystem", 80_000 + 13 * i),
-                    ("nvmet_tcp_completion", 9000),
-                    ("network_transmission", 10_000 + 3 * i),
-                ];
-                for (n, x) in parts {
-                    v[at(n)] = Some(x);
+    fn every_profile_marks_its_declared_totals_at_the_end_of_their_parts() {
+        for p in profile::all() {
+            let schema = p.schema();
+            let n = schema.stages.len();
+            let mut values = vec![Vec::new(); n];
+            for i in 0..20u64 {
+                let mut v = vec![0u64; n];
+                for k in schema.passage() {
+                    v[k] = 1000 * (k as u64 + 1) + 37 * i;
                 }
-                let target: u64 = parts[5..9].iter().map(|p| p.1).sum();
-                let waiting = target + parts[9].1;
-                v[at("waiting")] = Some(waiting);
-                v[at("target_total")] = Some(target);
-                let host: u64 = parts[..5].iter().map(|p| p.1).sum::<u64>() + waiting;
-                v[at("host_total")] = Some(host);
-                (i as f64, v)
-            })
-            .collect();
-        let d = Data {
-            schema,
-            file: "t".into(),
-            groups: vec![Group {
-                name: "read".into(),
-                values: Vec::new(),
-                points,
-            }],
-            total: Vec::new(),
-        };
-        let totals: Vec<&str> = d
-            .totals()
+                for k in (0..n).filter(|&k| schema.is_total(k)) {
+                    v[k] = schema.leaves(k).iter().map(|&l| v[l]).sum();
+                }
+                for k in 0..n {
+                    values[k].push(v[k]);
+                }
+            }
+            let mut d = Data {
+                schema,
+                file: "t".into(),
+                groups: vec![Group {
+                    name: "g".into(),
+                    values,
+                    points: Vec::new(),
+                }],
+                total: Vec::new(),
+            };
+            d.total = d.totals();
+            let (order, bars) = draw::layout(&d, &[("mean", None), ("p50", Some(50.0))]);
+            let passage = schema.passage();
+            assert_eq!(order[..passage.len()], passage[..], "{}", p.name());
+            for (label, parts, marks) in &bars {
+                let stacked: Vec<usize> = parts.iter().map(|x| x.0).collect();
+                assert_eq!(stacked, passage, "{}: {label}", p.name());
+                let marked: Vec<usize> = marks.iter().map(|m| m.0).collect();
+                let declared: Vec<usize> = (0..n).filter(|&k| schema.is_total(k)).collect();
+                assert_eq!(marked, declared, "{}: {label}", p.name());
+                for &(k, at) in marks {
+                    let last = *schema.leaves(k).last().unwrap();
+                    let end = parts.iter().find(|x| x.0 == last).unwrap().2;
+                    assert!(
+                        (end - at).abs() < 1e-6,
+                        "{}: {label}: {} marked at {at}, its parts end at {end}",
+                        p.name(),
+                        d.stage_names()[k]
+                    );
+                }
+            }
+        }
+        // The order an nvme-tcp I/O passes through: the target and the network come
+        // between the host's submission and its completion.
+        let tcp = profile::all()
             .iter()
-            .zip(&names)
-            .filter(|(t, _)| **t)
-            .map(|(_, n)| *n)
+            .find(|p| p.name() == "nvme-tcp")
+            .unwrap();
+        let s = tcp.schema();
+        let names: Vec<&str> = s
+            .passage()
+            .iter()
+            .map(|&k| s.stage_names().nth(k).unwrap())
             .collect();
-        assert_eq!(totals, ["waiting", "host_total", "target_total"]);
+        assert_eq!(
+            names,
+            [
+                "blk_submission",
+                "nvme_tcp_submission",
+                "network_transmission",
+                "nstack_submission",
+                "nvmet_tcp_submission",
+                "target_subsystem",
+                "nvmet_tcp_completion",
+                "nstack_completion",
+                "nvme_tcp_completion",
+                "blk_completion"
+            ]
+        );
     }
 }

@@ -48,17 +48,14 @@ impl RowWriter for Tee {
     }
 }
 
-/// The latency `--min-latency` compares with: the largest of the record's stage values.
-/// Every profile has a stage that spans the whole I/O as it saw it (`q2c_ns`,
-/// `total_ns`, `host_total_ns`…) and the other stages are parts of it, so the largest
-/// is that total, or, for an I/O whose total is unknown (incomplete, not joined), the
-/// longest part known. `None` when no stage has a value.
+/// The latency `--min-latency` compares with: the record's top total (the column table
+/// declares it: `q2c_ns`, `total_ns`, `host_total_ns`…), or, for an I/O whose total is
+/// unknown (incomplete, not joined), the longest stage known. `None` when no stage has
+/// a value.
 pub fn total_ns(r: &dyn IoRecord) -> Option<u64> {
-    r.schema()
-        .stages
-        .iter()
-        .filter_map(|&i| r.value(i).as_ns())
-        .max()
+    let schema = r.schema();
+    let values: Vec<Option<u64>> = schema.stages.iter().map(|&i| r.value(i).as_ns()).collect();
+    schema.whole(&values)
 }
 
 /// A `--min-latency` value that cannot be used.

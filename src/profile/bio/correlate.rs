@@ -316,7 +316,12 @@ static COLUMNS: &[Column<BioRecord>] = &[
     }),
     col("q2r_ns", Role::Stage, Kind::U64, |r| opt(r.q2r_ns)),
     col("r2c_ns", Role::Stage, Kind::U64, |r| opt(r.r2c_ns)),
-    col("q2c_ns", Role::Stage, Kind::U64, |r| opt(r.q2c_ns)),
+    col(
+        "q2c_ns",
+        Role::Total(&["q2r_ns", "r2c_ns"]),
+        Kind::U64,
+        |r| opt(r.q2c_ns),
+    ),
     TAIL[0],
     TAIL[1],
     TAIL[2],

@@ -108,7 +108,12 @@ static COLUMNS: &[Column<BlockRecord>] = &[
     HEAD[6],
     col("q2d_ns", Role::Stage, Kind::U64, |r| opt(r.q2d_ns)),
     col("d2c_ns", Role::Stage, Kind::U64, |r| opt(r.d2c_ns)),
-    col("q2c_ns", Role::Stage, Kind::U64, |r| opt(r.q2c_ns)),
+    col(
+        "q2c_ns",
+        Role::Total(&["q2d_ns", "d2c_ns"]),
+        Kind::U64,
+        |r| opt(r.q2c_ns),
+    ),
     TAIL[0],
     TAIL[1],
     TAIL[2],

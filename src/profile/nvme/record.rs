@@ -183,7 +183,7 @@ static COLUMNS: &[Column<NvmeRecord>] = &[
     },
     Column {
         name: "total_ns",
-        role: Role::Stage,
+        role: Role::Total(&["blk_to_driver_ns", "driver_ns"]),
         kind: Kind::U64,
         get: |r| opt(r.total_ns()),
     },

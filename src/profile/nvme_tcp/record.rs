@@ -71,7 +71,18 @@ static COLUMNS: &[Column<TcpRecord>] = &[
     target!("h2c_pdus", V, |t| Some(t.h2c_pdus as u64)),
     host!("blk_submission_ns", Stage, |h| h.blk_submission),
     host!("nvme_tcp_submission_ns", Stage, |h| h.nvme_tcp_submission),
-    host!("waiting_ns", Stage, |h| h.waiting),
+    // What the host waited for: the network both ways and the target's stages.
+    host!(
+        "waiting_ns",
+        Role::Total(&[
+            "network_transmission_ns",
+            "nstack_submission_ns",
+            "nvmet_tcp_submission_ns",
+            "target_subsystem_ns",
+            "nvmet_tcp_completion_ns",
+        ]),
+        |h| h.waiting
+    ),
     host!("nstack_completion_ns", Stage, |h| h.nstack_completion),
     host!("nvme_tcp_completion_ns", Stage, |h| h.nvme_tcp_completion),
     host!("blk_completion_ns", Stage, |h| h.blk_completion),
@@ -83,8 +94,28 @@ static COLUMNS: &[Column<TcpRecord>] = &[
     col("network_transmission_ns", Stage, Kind::I64, |r| {
         r.network_ns().map_or(Value::Empty, Value::I64)
     }),
-    host!("host_total_ns", Stage, |h| h.total),
-    target!("target_total_ns", Stage, |t| t.total),
+    host!(
+        "host_total_ns",
+        Role::Total(&[
+            "blk_submission_ns",
+            "nvme_tcp_submission_ns",
+            "waiting_ns",
+            "nstack_completion_ns",
+            "nvme_tcp_completion_ns",
+            "blk_completion_ns",
+        ]),
+        |h| h.total
+    ),
+    target!(
+        "target_total_ns",
+        Role::Total(&[
+            "nstack_submission_ns",
+            "nvmet_tcp_submission_ns",
+            "target_subsystem_ns",
+            "nvmet_tcp_completion_ns",
+        ]),
+        |t| t.total
+    ),
     host!("host_start_ns", V, |h| Some(h.start_ns)),
     host!("host_queue_ns", V, |h| h.queue_ns),
     host!("host_send_ns", V, |h| h.send_ns),
