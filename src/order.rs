@@ -232,8 +232,8 @@ mod tests {
         assert_eq!(s.late(), 0);
     }
 
-    /// The race of issue 10: CPU 0's ring is read empty in round N while CPU 0 is writing
-    /// a sample stamped before the round began; it becomes visible in round N+1, after
+    /// A sample stamped before a round but written after it: CPU 0's ring is read
+    /// empty in round N while CPU 0 is writing a sample stamped before the round began; it becomes visible in round N+1, after
     /// CPU 1's younger events were read in round N. It must still come out first.
     #[test]
     fn a_sample_still_being_written_when_its_ring_was_read_empty_is_not_overtaken() {

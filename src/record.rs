@@ -349,6 +349,10 @@ pub struct ColumnDef {
 pub struct Schema {
     /// The profile whose records these are.
     pub profile: &'static str,
+    /// Raised when a column changes meaning or a column readers need is renamed or
+    /// removed; adding a column keeps it (readers take files with more or fewer
+    /// columns, see [`Schema::fit`]). Files carry it (`ntprof.schema_version`).
+    pub version: u32,
     pub columns: Vec<ColumnDef>,
     /// Indexes of the `Label` columns, in table order.
     pub labels: Vec<usize>,
@@ -361,7 +365,7 @@ pub struct Schema {
 }
 
 impl Schema {
-    pub fn of<R>(profile: &'static str, cols: &[Column<R>]) -> Schema {
+    pub fn of<R>(profile: &'static str, version: u32, cols: &[Column<R>]) -> Schema {
         let columns: Vec<ColumnDef> = cols
             .iter()
             .map(|c| ColumnDef {
@@ -407,6 +411,7 @@ impl Schema {
             .collect();
         let s = Schema {
             profile,
+            version,
             labels: with(Role::Label),
             stages,
             parts,
@@ -418,6 +423,28 @@ impl Schema {
             let _ = s.leaves(k);
         }
         s
+    }
+
+    /// How well a file's header fits this table: the columns both have, or `None` when
+    /// the file lacks a column that says what a row is (a label, the status) or has
+    /// none of the stages. Columns added to the table since the file was written, or
+    /// columns the file has that this table does not know, only lower the count.
+    pub fn fit(&self, header: &[&str]) -> Option<usize> {
+        let has = |i: usize| header.contains(&self.columns[i].name);
+        if !self.labels.iter().chain(&self.status).all(|&i| has(i))
+            || !self.stages.iter().any(|&i| has(i))
+        {
+            return None;
+        }
+        Some((0..self.columns.len()).filter(|&i| has(i)).count())
+    }
+
+    /// For each column of this table, where it is in `header` (`None`: not there).
+    pub fn project(&self, header: &[&str]) -> Vec<Option<usize>> {
+        self.columns
+            .iter()
+            .map(|c| header.iter().position(|h| *h == c.name))
+            .collect()
     }
 
     /// Whether stage `k` (an index into `stages`) is a total of others.
@@ -518,6 +545,8 @@ pub trait IoRecord {
 /// A record type with a static column table: implement this and get [`IoRecord`].
 pub trait Tabled: Sized + 'static {
     const PROFILE: &'static str;
+    /// [`Schema::version`].
+    const VERSION: u32 = 1;
     const COLUMNS: &'static [Column<Self>];
     /// The schema, built once from `COLUMNS` (see [`schema_cell`]).
     fn table() -> &'static Schema;
@@ -532,7 +561,7 @@ pub trait Tabled: Sized + 'static {
 /// Build a `Tabled::table` once: `fn table() -> &'static Schema { static S:
 /// OnceLock<Schema> = OnceLock::new(); schema_cell::<Self>(&S) }`.
 pub fn schema_cell<R: Tabled>(cell: &'static OnceLock<Schema>) -> &'static Schema {
-    cell.get_or_init(|| Schema::of(R::PROFILE, R::COLUMNS))
+    cell.get_or_init(|| Schema::of(R::PROFILE, R::VERSION, R::COLUMNS))
 }
 
 impl<R: Tabled> IoRecord for R {

@@ -284,7 +284,7 @@ fn bad_input_is_refused_before_tracing_with_what_to_do() {
     std::fs::write(&bad, "a,b\n1,2\n").unwrap();
     fails_with(
         &["report", bad.to_str().unwrap()],
-        "not that of any ntprof-perf profile",
+        "is not that of a recording of any profile",
     );
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_file(bad);

@@ -138,6 +138,8 @@ fn plot_refuses_what_is_not_a_recording() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not that of any ntprof-perf profile"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not that of a recording of any profile")
+    );
     let _ = std::fs::remove_file(bad);
 }

@@ -151,7 +151,7 @@ pub fn record(a: RecordArgs, flags: &clap::ArgMatches) -> Result<i32> {
         writers.push(match format {
             Format::Csv => Box::new(CsvSink::create(Some(path), schema, clock)?),
             Format::Parquet => {
-                let info = FileInfo::this_host(r.profile.name(), r.plan.sample, clock);
+                let info = FileInfo::this_host(r.profile.schema(), r.plan.sample, clock);
                 Box::new(ParquetSink::create(path, schema, clock, &info)?)
             }
         });

@@ -39,8 +39,7 @@ fn read(
 ) -> Result<(&'static dyn Profile, Recording)> {
     let name = path.display().to_string();
     let mut input = Input::open(path)?;
-    let cols: Vec<&str> = input.header().iter().map(String::as_str).collect();
-    let p = profile::by_columns(&cols)
+    let p = Some(input.recognise()?)
         .filter(|p| p.merge(&[], 0).is_some())
         .with_context(|| {
             let two: Vec<&str> = profile::all()
@@ -49,7 +48,7 @@ fn read(
                 .map(|p| p.name())
                 .collect();
             format!(
-                "{name}: not a recording of a profile that merges two machines ({}): its header differs",
+                "{name}: not a recording of a profile that merges two machines ({})",
                 two.join(", ")
             )
         })?;

@@ -3,7 +3,6 @@
 
 use super::args::ReportArgs;
 use anyhow::{Context, Result};
-use ntprof_perf::profile;
 use ntprof_perf::record::Row;
 use ntprof_perf::sink::input::Input;
 use ntprof_perf::sink::stat::{json_line, summary, StatTable};
@@ -12,13 +11,7 @@ use ntprof_perf::sink::Health;
 pub fn report(a: &ReportArgs) -> Result<i32> {
     let mut input = Input::open(&a.file)?;
     let path = a.file.display().to_string();
-    let cols: Vec<&str> = input.header().iter().map(String::as_str).collect();
-    let p = profile::by_columns(&cols).with_context(|| {
-        format!(
-            "{path}: the header `{}` is not that of any ntprof-perf profile; report reads files written by `ntprof-perf record`",
-            cols.join(",")
-        )
-    })?;
+    let p = input.recognise()?;
     let schema = p.schema();
     let mut table = StatTable::new(schema);
     let mut rows = 0u64;

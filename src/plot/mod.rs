@@ -7,7 +7,6 @@
 
 pub mod draw;
 
-use crate::profile;
 use crate::record::{Role, Row, RowError, Schema};
 use crate::sink::input::Input;
 use crate::sink::time::parse_utc;
@@ -42,8 +41,6 @@ pub struct Options {
 pub enum PlotError {
     #[error(transparent)]
     Input(#[from] SinkError),
-    #[error("{file}: the header `{header}` is not that of any ntprof-perf profile")]
-    NotARecording { file: String, header: String },
     #[error("{file} {at}: {source}")]
     Row {
         file: String,
@@ -83,11 +80,7 @@ impl Data {
     pub fn load(path: &std::path::Path) -> Result<Data, PlotError> {
         let file = path.display().to_string();
         let mut input = Input::open(path)?;
-        let cols: Vec<&str> = input.header().iter().map(String::as_str).collect();
-        let p = profile::by_columns(&cols).ok_or_else(|| PlotError::NotARecording {
-            file: file.clone(),
-            header: cols.join(","),
-        })?;
+        let p = input.recognise()?;
         let schema = p.schema();
         let start_col = schema
             .columns
@@ -256,7 +249,7 @@ mod tests {
     /// is), and each mark falls where its own parts end.
     #[test]
     fn every_profile_marks_its_declared_totals_at_the_end_of_their_parts() {
-        for p in profile::all() {
+        for p in crate::profile::all() {
             let schema = p.schema();
             let n = schema.stages.len();
             let mut values = vec![Vec::new(); n];
@@ -306,7 +299,7 @@ mod tests {
         }
         // The order an nvme-tcp I/O passes through: the target and the network come
         // between the host's submission and its completion.
-        let tcp = profile::all()
+        let tcp = crate::profile::all()
             .iter()
             .find(|p| p.name() == "nvme-tcp")
             .unwrap();

@@ -58,12 +58,81 @@ pub fn find(name: &str) -> Option<&'static dyn Profile> {
     all().iter().copied().find(|p| p.name() == name)
 }
 
-/// The profile whose records have exactly these columns.
-pub fn by_columns(cols: &[&str]) -> Option<&'static dyn Profile> {
-    all()
-        .iter()
-        .copied()
-        .find(|p| p.schema().names().eq(cols.iter().copied()))
+/// A recording's profile, and where each column of its table is in the file.
+pub struct Recognised {
+    pub profile: &'static dyn Profile,
+    /// Indexed like the profile's schema columns: the file's column, or `None` when
+    /// the file does not have it (its cells read as empty).
+    pub columns: Vec<Option<usize>>,
+}
+
+/// Why a file is not a recording this build can read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecogniseError {
+    #[error("written by profile `{0}`, which this ntprof-perf does not have; a newer one may")]
+    UnknownProfile(String),
+    #[error("written with the {profile} column table version {found}; this ntprof-perf reads up to version {known}: read it with a newer ntprof-perf")]
+    Newer {
+        profile: &'static str,
+        found: u32,
+        known: u32,
+    },
+    #[error("the header `{header}` is not that of a recording of any profile: a recording has its profile's label and status columns and some of its stages; profiles: {known}")]
+    NoMatch { header: String, known: String },
+    #[error("the header fits the {a} and {b} profiles equally well: write it with `ntprof-perf record`, or keep more of its columns")]
+    Ambiguous { a: &'static str, b: &'static str },
+}
+
+/// The profile a file was written by: the one its metadata names (Parquet:
+/// `ntprof.profile`, `ntprof.schema_version`), else the one whose column table fits its
+/// header best ([`Schema::fit`]): columns added since the file was written, or dropped
+/// from it, do not stop it loading.
+pub fn recognise(header: &[&str], meta: &[(String, String)]) -> Result<Recognised, RecogniseError> {
+    let named = meta.iter().find(|(k, _)| k == "ntprof.profile");
+    let profile = if let Some((_, name)) = named {
+        let p = find(name).ok_or_else(|| RecogniseError::UnknownProfile(name.clone()))?;
+        let found = meta
+            .iter()
+            .find(|(k, _)| k == "ntprof.schema_version")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(1);
+        let known = p.schema().version;
+        if found > known {
+            return Err(RecogniseError::Newer {
+                profile: p.name(),
+                found,
+                known,
+            });
+        }
+        p.schema().fit(header).map(|_| p)
+    } else {
+        let mut fits: Vec<(usize, &'static dyn Profile)> = all()
+            .iter()
+            .filter_map(|p| p.schema().fit(header).map(|n| (n, *p)))
+            .collect();
+        fits.sort_by_key(|f| std::cmp::Reverse(f.0));
+        match fits[..] {
+            [(n, a), (m, b), ..] if n == m => {
+                return Err(RecogniseError::Ambiguous {
+                    a: a.name(),
+                    b: b.name(),
+                })
+            }
+            _ => fits.first().map(|f| f.1),
+        }
+    };
+    let profile = profile.ok_or_else(|| RecogniseError::NoMatch {
+        header: header.join(","),
+        known: all()
+            .iter()
+            .map(|p| p.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+    })?;
+    Ok(Recognised {
+        profile,
+        columns: profile.schema().project(header),
+    })
 }
 
 /// An event a profile opens; optional ones refine the record when present.
@@ -344,5 +413,48 @@ impl<'t, K: 'static> PlanBuilder<'t, K> {
     /// The decoder alone (tests and replays drive a [`Pipeline`] themselves).
     pub fn into_decoder(self) -> Decoder<K> {
         self.decoder
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(kv: &[(&str, &str)]) -> Vec<(String, String)> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Every profile's own header is recognised as its own, and only as its own.
+    #[test]
+    fn each_profile_recognises_its_own_header() {
+        for p in all() {
+            let header: Vec<&str> = p.schema().names().collect();
+            let r = recognise(&header, &[]).unwrap_or_else(|e| panic!("{}: {e}", p.name()));
+            assert_eq!(r.profile.name(), p.name());
+            assert!(r.columns.iter().enumerate().all(|(i, c)| *c == Some(i)));
+        }
+    }
+
+    #[test]
+    fn metadata_names_the_profile_and_a_newer_table_is_refused() {
+        let header: Vec<&str> = block::Block.schema().names().collect();
+        let named = meta(&[("ntprof.profile", "block"), ("ntprof.schema_version", "1")]);
+        assert_eq!(recognise(&header, &named).unwrap().profile.name(), "block");
+        let newer = meta(&[("ntprof.profile", "block"), ("ntprof.schema_version", "99")]);
+        assert!(matches!(
+            recognise(&header, &newer),
+            Err(RecogniseError::Newer {
+                found: 99,
+                known: 1,
+                ..
+            })
+        ));
+        let unknown = meta(&[("ntprof.profile", "scsi")]);
+        assert!(matches!(
+            recognise(&header, &unknown),
+            Err(RecogniseError::UnknownProfile(_))
+        ));
     }
 }

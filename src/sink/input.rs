@@ -17,6 +17,9 @@ pub struct Input {
     path: PathBuf,
     src: Source,
     header: Vec<String>,
+    /// Set by [`Input::recognise`]: rows come in the profile's column order.
+    project: Option<Vec<Option<usize>>>,
+    raw: Vec<String>,
 }
 
 impl Input {
@@ -37,6 +40,8 @@ impl Input {
                 path: path.to_path_buf(),
                 src: Source::Parquet(Box::new(rows)),
                 header,
+                project: None,
+                raw: Vec::new(),
             });
         }
         let mut rd = super::csv::open_reader(path)?;
@@ -53,6 +58,8 @@ impl Input {
             path: path.to_path_buf(),
             src: Source::Csv(rd, csv::StringRecord::new()),
             header,
+            project: None,
+            raw: Vec::new(),
         })
     }
 
@@ -76,9 +83,44 @@ impl Input {
         }
     }
 
+    /// Which profile wrote this file (see [`crate::profile::recognise`]); from then on
+    /// [`next_row`](Input::next_row) gives cells in that profile's column order, empty
+    /// for a column the file lacks.
+    pub fn recognise(&mut self) -> Result<&'static dyn crate::profile::Profile, SinkError> {
+        let header: Vec<&str> = self.header.iter().map(String::as_str).collect();
+        let r = crate::profile::recognise(&header, self.meta()).map_err(|source| {
+            SinkError::NotARecording {
+                path: self.path.clone(),
+                source,
+            }
+        })?;
+        self.project = Some(r.columns);
+        Ok(r.profile)
+    }
+
     /// The next row's cells into `cells` (reused between rows); where it is (the CSV
     /// line, or the Parquet row number), or `None` at the end.
     pub fn next_row(&mut self, cells: &mut Vec<String>) -> Result<Option<u64>, SinkError> {
+        let Some(project) = self.project.take() else {
+            return self.next_raw(cells);
+        };
+        let mut raw = std::mem::take(&mut self.raw);
+        let at = self.next_raw(&mut raw);
+        if let Ok(Some(_)) = at {
+            cells.resize(project.len(), String::new());
+            for (c, from) in cells.iter_mut().zip(&project) {
+                c.clear();
+                if let Some(v) = from.and_then(|i| raw.get(i)) {
+                    c.push_str(v);
+                }
+            }
+        }
+        self.raw = raw;
+        self.project = Some(project);
+        at
+    }
+
+    fn next_raw(&mut self, cells: &mut Vec<String>) -> Result<Option<u64>, SinkError> {
         match &mut self.src {
             Source::Parquet(p) => p.next_row(cells),
             Source::Csv(rd, rec) => {

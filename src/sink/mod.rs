@@ -37,6 +37,11 @@ pub enum SinkError {
         path: std::path::PathBuf,
         source: ::csv::Error,
     },
+    #[error("{}: {source}", path.display())]
+    NotARecording {
+        path: std::path::PathBuf,
+        source: crate::profile::RecogniseError,
+    },
     #[error("{what}: {source}")]
     Parquet {
         what: String,

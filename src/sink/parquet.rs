@@ -60,6 +60,8 @@ pub struct FileInfo {
     pub host: String,
     pub kernel: String,
     pub profile: String,
+    /// [`crate::record::Schema::version`] of the profile's column table.
+    pub schema_version: u32,
     /// 1 in N I/Os traced (in-kernel sampling); 1 = every I/O.
     pub sample: u32,
     /// realtime − monotonic at the start, ns: `start_ns` + this = `start_time`.
@@ -68,7 +70,7 @@ pub struct FileInfo {
 
 impl FileInfo {
     /// This host (from /proc: no extra dependency) for a run of `profile`.
-    pub fn this_host(profile: &str, sample: u32, clock: WallClock) -> FileInfo {
+    pub fn this_host(schema: &Schema, sample: u32, clock: WallClock) -> FileInfo {
         let read = |p: &str| {
             std::fs::read_to_string(p)
                 .map(|s| s.trim().to_string())
@@ -77,7 +79,8 @@ impl FileInfo {
         FileInfo {
             host: read("/proc/sys/kernel/hostname"),
             kernel: read("/proc/sys/kernel/osrelease"),
-            profile: profile.to_string(),
+            profile: schema.profile.to_string(),
+            schema_version: schema.version,
             sample,
             wall_offset_ns: clock.offset_ns(),
         }
@@ -88,6 +91,7 @@ impl FileInfo {
             ("ntprof.host", self.host.clone()),
             ("ntprof.kernel", self.kernel.clone()),
             ("ntprof.profile", self.profile.clone()),
+            ("ntprof.schema_version", self.schema_version.to_string()),
             ("ntprof.sample_rate", self.sample.to_string()),
             ("ntprof.wall_offset_ns", self.wall_offset_ns.to_string()),
             ("ntprof.version", env!("CARGO_PKG_VERSION").to_string()),
@@ -750,6 +754,7 @@ mod tests {
             host: "h".into(),
             kernel: "k".into(),
             profile: "block".into(),
+            schema_version: 1,
             sample: 1,
             wall_offset_ns: 0,
         };
