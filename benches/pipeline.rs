@@ -10,8 +10,8 @@
 use ntprof_perf::decode::Decoder;
 use ntprof_perf::pipeline::Pipeline;
 use ntprof_perf::profile::block::correlate::{BlockConfig, BlockCorrelator};
-use ntprof_perf::profile::block::events::BlockLayout;
 use ntprof_perf::profile::block::record::BlockRecord;
+use ntprof_perf::profile::shared::block_events::BlockLayout;
 use ntprof_perf::record::Tabled;
 use ntprof_perf::sink::csv::CsvSink;
 use ntprof_perf::sink::time::WallClock;

@@ -300,12 +300,14 @@ pub fn opt(v: Option<u64>) -> Value<'static> {
 
 /// Implement [`Tabled`] for a record type from its column table:
 /// `tabled!(BlockRecord, "block", COLUMNS, |r| r.start_ns, |r| r.status, |r, s| r.status = s);`
+/// (`tabled!(R, "name", version = 2, COLUMNS, …)` once the table's version is raised).
 #[macro_export]
 macro_rules! tabled {
-    ($ty:ty, $profile:literal, $columns:expr, |$r:ident| $start:expr, |$s:ident| $status:expr,
-     |$w:ident, $v:ident| $set:expr) => {
+    ($ty:ty, $profile:literal, $(version = $version:literal,)? $columns:expr,
+     |$r:ident| $start:expr, |$s:ident| $status:expr, |$w:ident, $v:ident| $set:expr) => {
         impl $crate::record::Tabled for $ty {
             const PROFILE: &'static str = $profile;
+            $(const VERSION: u32 = $version;)?
             const COLUMNS: &'static [$crate::record::Column<Self>] = $columns;
             fn table() -> &'static $crate::record::Schema {
                 static S: std::sync::OnceLock<$crate::record::Schema> = std::sync::OnceLock::new();

@@ -393,9 +393,9 @@ fn bind_profile(
 ) -> Result<(), DecodeError> {
     use ntprof_perf::profile::*;
     match name {
-        "block" => bind(d, tfs, system, event, block::events::layout),
+        "block" => bind(d, tfs, system, event, shared::block_events::layout),
         "bio" => bind(d, tfs, system, event, bio::events::layout),
-        "nvme" => bind(d, tfs, system, event, nvme::events::layout),
+        "nvme" => bind(d, tfs, system, event, shared::nvme_events::layout),
         "nvmet" => bind(d, tfs, system, event, nvmet::events::layout),
         "nvme-tcp" => bind(d, tfs, system, event, nvme_tcp::events::layout),
         // A new profile must say here how its events are laid out, or be fuzzed with

@@ -94,7 +94,7 @@ fn default_ring_pages(cpus: usize) -> usize {
 }
 
 /// A profile flag given on the command line that the chosen profile does not take.
-fn refuse_foreign_flags(p: &dyn Profile, flags: &clap::ArgMatches) -> Result<()> {
+pub(super) fn refuse_foreign_flags(p: &dyn Profile, flags: &clap::ArgMatches) -> Result<()> {
     let own: Vec<clap::Id> = p.args().iter().map(|a| a.get_id().clone()).collect();
     for a in profile_args() {
         let id = a.get_id();

@@ -1,6 +1,8 @@
 //! Subcommands: validate flags into a plan (every check before tracing starts), then run.
 
 pub mod args;
+#[cfg(test)]
+mod docs_check;
 mod live;
 mod merge;
 mod plot;

@@ -30,6 +30,7 @@ pub mod nvme;
 pub mod nvme_tcp;
 pub mod nvmet;
 pub mod sample;
+pub mod shared;
 
 use crate::correlate::Correlator;
 use crate::decode::{DecodeError, Decoder, Layout};
@@ -148,18 +149,36 @@ pub struct EventReq {
 /// Hint for the block events every distribution kernel has.
 pub const BLOCK_HINT: &str = "CONFIG_EVENT_TRACING (every distribution kernel has it)";
 
-/// A profile: see the module doc for the contract.
-pub trait Profile: Sync {
-    fn name(&self) -> &'static str;
+/// A profile's static facts, one value in its folder.
+pub struct Descriptor {
+    pub name: &'static str,
     /// One line for `list` and `--help`.
-    fn about(&self) -> &'static str;
-    fn events(&self) -> &'static [EventReq];
-    /// The record's columns (CSV header, stat groups and stages).
-    fn schema(&self) -> &'static Schema;
+    pub about: &'static str,
+    pub events: &'static [EventReq],
+    /// The record's column table (CSV header, stat groups and stages, totals).
+    pub schema: fn() -> &'static Schema,
     /// The profile's own flags for `record` and `stat`. Profiles that share a flag
     /// (same id) must give it the same definition: the command line shows it once.
+    pub args: fn() -> Vec<clap::Arg>,
+}
+
+/// A profile: see the module doc for the contract.
+pub trait Profile: Sync {
+    fn descriptor(&self) -> &'static Descriptor;
+    fn name(&self) -> &'static str {
+        self.descriptor().name
+    }
+    fn about(&self) -> &'static str {
+        self.descriptor().about
+    }
+    fn events(&self) -> &'static [EventReq] {
+        self.descriptor().events
+    }
+    fn schema(&self) -> &'static Schema {
+        (self.descriptor().schema)()
+    }
     fn args(&self) -> Vec<clap::Arg> {
-        Vec::new()
+        (self.descriptor().args)()
     }
     /// Validate the flags and this host into a run: the events to open with their
     /// filters, the decoder and the correlator. May refuse (missing events, bad
@@ -456,5 +475,79 @@ mod tests {
             recognise(&header, &unknown),
             Err(RecogniseError::UnknownProfile(_))
         ));
+    }
+}
+
+/// `docs/columns.md` between its markers: every profile's column table as the code has
+/// it. A test holds the page to it (`NTPROF_BLESS=1` rewrites the page).
+#[cfg(test)]
+mod columns_page {
+    use super::all;
+    use crate::record::{Kind, Role};
+
+    const BEGIN: &str = "<!-- generated from the column tables: begin -->\n";
+    const END: &str = "<!-- generated from the column tables: end -->\n";
+
+    fn render() -> String {
+        let mut s = String::new();
+        for p in all() {
+            let sc = p.schema();
+            s.push_str(&format!(
+                "\n## {} (column table version {})\n\n{}.\n\n| column | role | type |\n|---|---|---|\n",
+                sc.profile,
+                sc.version,
+                p.about()
+            ));
+            for c in &sc.columns {
+                let role = match c.role {
+                    Role::StartTime => "start time (wall clock)".to_string(),
+                    Role::Label => "label (stat groups)".to_string(),
+                    Role::Stage => "stage (ns)".to_string(),
+                    Role::Total(parts) => format!(
+                        "total (ns) = {}",
+                        parts
+                            .iter()
+                            .map(|p| format!("`{p}`"))
+                            .collect::<Vec<_>>()
+                            .join(" + ")
+                    ),
+                    Role::Status => "status".to_string(),
+                    Role::Value => "value".to_string(),
+                };
+                let kind = match c.kind {
+                    Kind::Timestamp => "timestamp (ns, UTC)",
+                    Kind::U64 => "unsigned integer",
+                    Kind::I64 => "signed integer",
+                    Kind::Text => "text",
+                };
+                s.push_str(&format!("| `{}` | {role} | {kind} |\n", c.name));
+            }
+            let names: Vec<&str> = sc.stage_names().collect();
+            let order: Vec<&str> = sc.passage().iter().map(|&k| names[k]).collect();
+            s.push_str(&format!(
+                "\nStages in the order an I/O passes through them: {}.\n",
+                order.join(" → ")
+            ));
+        }
+        s
+    }
+
+    #[test]
+    fn the_columns_page_is_the_column_tables() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/columns.md");
+        let page = std::fs::read_to_string(&path).unwrap();
+        let (Some(b), Some(e)) = (page.find(BEGIN), page.find(END)) else {
+            panic!("docs/columns.md has no generated section markers");
+        };
+        let want = render();
+        let have = &page[b + BEGIN.len()..e];
+        if have != want {
+            if std::env::var("NTPROF_BLESS").as_deref() == Ok("1") {
+                let new = format!("{}{BEGIN}{want}{}", &page[..b], &page[e..]);
+                std::fs::write(&path, new).unwrap();
+            } else {
+                panic!("docs/columns.md differs from the column tables: run the test with NTPROF_BLESS=1 and read the change");
+            }
+        }
     }
 }

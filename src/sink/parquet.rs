@@ -709,8 +709,8 @@ fn text(a: &dyn Array, i: usize, out: &mut String) -> Result<(), DataType> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::block::events::Op;
-    use crate::profile::block::record::{BlockRecord, DeviceIo};
+    use crate::profile::shared::block_events::Op;
+    use crate::profile::{block::record::BlockRecord, shared::device_io::DeviceIo};
     use crate::record::Status;
 
     fn row(i: u64) -> BlockRecord {

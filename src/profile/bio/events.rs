@@ -5,7 +5,7 @@
 //! complete inside `block_rq_complete` (the block profile's event).
 
 use crate::decode::{unknown, DecodeError, FieldReader, Layout, Want};
-use crate::profile::block::events::Op;
+use crate::profile::shared::block_events::Op;
 use crate::tracefs::EventFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

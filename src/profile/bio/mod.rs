@@ -13,8 +13,9 @@ pub mod events;
 use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::device::BlockDevice;
 use crate::filter::Filter;
-use crate::profile::block::{device_arg, devices, sector_sample_mask};
-use crate::record::{Schema, Tabled};
+use crate::profile::shared::select::{device_arg, devices, sector_sample_mask};
+use crate::profile::Descriptor;
+use crate::record::Tabled;
 use correlate::{BioConfig, BioCorrelator, BioRecord};
 use std::path::Path;
 
@@ -48,29 +49,28 @@ fn bio_based(name: &str) -> bool {
     dir.is_dir() && !dir.join("mq").exists()
 }
 
+/// What this profile is, what it opens and what it writes.
+static DESCRIPTOR: Descriptor = Descriptor {
+    name: "bio",
+    about:
+        "bios of stacked and bio-based devices (dm, md, zram): queue → complete, and the disk below",
+    events: EVENTS,
+    schema: BioRecord::table,
+    args,
+};
+
+/// The flags this profile adds to `record` and `stat`.
+fn args() -> Vec<clap::Arg> {
+    vec![
+        device_arg(),
+        sample::sample_arg(),
+        sample::sample_align_arg(),
+    ]
+}
+
 impl Profile for Bio {
-    fn name(&self) -> &'static str {
-        "bio"
-    }
-
-    fn about(&self) -> &'static str {
-        "bios of stacked and bio-based devices (dm, md, zram): queue → complete, and the disk below"
-    }
-
-    fn events(&self) -> &'static [EventReq] {
-        EVENTS
-    }
-
-    fn schema(&self) -> &'static Schema {
-        BioRecord::table()
-    }
-
-    fn args(&self) -> Vec<clap::Arg> {
-        vec![
-            device_arg(),
-            sample::sample_arg(),
-            sample::sample_align_arg(),
-        ]
+    fn descriptor(&self) -> &'static Descriptor {
+        &DESCRIPTOR
     }
 
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {

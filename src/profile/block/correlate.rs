@@ -53,11 +53,12 @@
 //!
 //! A `dropped` row never has a stage whose events it did not both see.
 
-use super::events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
-use super::record::{BlockRecord, DeviceIo};
+use super::record::BlockRecord;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::{Correlator, Counters, FxMap, Gap, Status};
 use crate::decode::Event;
+use crate::profile::shared::block_events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
+use crate::profile::shared::device_io::DeviceIo;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -569,7 +570,7 @@ impl Correlator for BlockCorrelator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::block::events::kernel_dev;
+    use crate::profile::shared::block_events::kernel_dev;
     use crate::record::{IoRecord, Value};
 
     type Ev = Event<BlockEvent>;

@@ -1,29 +1,7 @@
 //! The block profile's record: one block request, and its column table.
 
-use super::events::Op;
-use crate::record::{col, opt, Column, Kind, Role, Status, Value};
-use std::sync::Arc;
-
-/// What a row of one I/O on a block device says about it, whatever the layer
-/// (request or bio): the block and bio records share it and its columns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceIo {
-    pub start_ns: u64,
-    pub dev: u32,
-    /// Device name (`loop0`), or `major:minor` when it could not be resolved.
-    pub device: Arc<str>,
-    pub op: Op,
-    pub sector: u64,
-    pub bytes: u64,
-    pub error: i32,
-    /// I/Os issued and not completed on the device when this one was issued (queued,
-    /// for bios), itself included; empty when its issue was not seen.
-    pub qd: Option<u32>,
-    /// In-flight I/Os of the same (device, sector) its completion was paired among
-    /// (1: certain); empty when it did not complete.
-    pub candidates: Option<u32>,
-    pub status: Status,
-}
+use crate::profile::shared::device_io::{head_columns, tail_columns, DeviceIo, HasDeviceIo};
+use crate::record::{col, opt, Column, Kind, Role};
 
 /// One block I/O (a request).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,58 +19,10 @@ impl std::ops::Deref for BlockRecord {
     }
 }
 
-/// A record built around a [`DeviceIo`].
-pub trait HasDeviceIo {
-    fn io(&self) -> &DeviceIo;
-}
-
 impl HasDeviceIo for BlockRecord {
     fn io(&self) -> &DeviceIo {
         &self.io
     }
-}
-
-/// `start_time` to `bytes`.
-pub const fn head_columns<R: HasDeviceIo>() -> [Column<R>; 7] {
-    [
-        col("start_time", Role::StartTime, Kind::Timestamp, |r| {
-            Value::Time(r.io().start_ns)
-        }),
-        col("start_ns", Role::Value, Kind::U64, |r| {
-            Value::U64(r.io().start_ns)
-        }),
-        col("device", Role::Label, Kind::Text, |r| {
-            Value::Str(&r.io().device)
-        }),
-        col("dev", Role::Value, Kind::Text, |r| Value::Dev(r.io().dev)),
-        col("op", Role::Label, Kind::Text, |r| {
-            Value::Str(r.io().op.as_str())
-        }),
-        col("sector", Role::Value, Kind::U64, |r| {
-            Value::U64(r.io().sector)
-        }),
-        col("bytes", Role::Value, Kind::U64, |r| {
-            Value::U64(r.io().bytes)
-        }),
-    ]
-}
-
-/// `error`, `qd`, `candidates`, `status`.
-pub const fn tail_columns<R: HasDeviceIo>() -> [Column<R>; 4] {
-    [
-        col("error", Role::Value, Kind::I64, |r| {
-            Value::I64(r.io().error as i64)
-        }),
-        col("qd", Role::Value, Kind::U64, |r| {
-            opt(r.io().qd.map(u64::from))
-        }),
-        col("candidates", Role::Value, Kind::U64, |r| {
-            opt(r.io().candidates.map(u64::from))
-        }),
-        col("status", Role::Status, Kind::Text, |r| {
-            Value::Str(r.io().status.as_str())
-        }),
-    ]
 }
 
 const HEAD: [Column<BlockRecord>; 7] = head_columns();

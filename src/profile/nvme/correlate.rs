@@ -4,14 +4,14 @@
 //! block completion after it to catch completions that carry a wrong command id (see
 //! `Held`).
 
-use super::cmd::{Claim, CmdTracker, Finished, Key, NvmeConfig, Pending};
-use super::events::{DiskName, HostEvent, NvmeCmd, NvmeDone, NvmeEvent};
 use super::record::NvmeRecord;
 use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::{Correlator, Counters, FxMap};
 use crate::decode::Event;
-use crate::profile::block::events::{BlockEvent, BlockKind};
+use crate::profile::shared::block_events::{BlockEvent, BlockKind};
+use crate::profile::shared::cmd::{Claim, CmdTracker, Finished, Key, NvmeConfig, Pending};
+use crate::profile::shared::nvme_events::{DiskName, HostEvent, NvmeCmd, NvmeDone, NvmeEvent};
 
 /// A command in flight at a (dev, sector).
 #[derive(Debug, Clone, Copy)]

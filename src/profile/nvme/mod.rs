@@ -5,18 +5,19 @@
 //! Also what the nvmet and nvme-tcp profiles share with it: the command vocabulary
 //! ([`cmd`], [`events`]) and the command-selection flags ([`selection_args`]).
 
-pub mod cmd;
 pub mod correlate;
-pub mod events;
 pub mod record;
 #[cfg(test)]
 pub(crate) mod tests;
 
 use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::filter::Filter;
-use crate::profile::block::dev_filter;
-use crate::record::{Schema, Tabled};
-use cmd::{NvmeConfig, DEFAULT_LBA_SIZE};
+use crate::profile::shared::cmd::{NvmeConfig, DEFAULT_LBA_SIZE};
+use crate::profile::shared::nvme_events as events;
+use crate::profile::shared::select::dev_filter;
+use crate::profile::shared::select::selection_args;
+use crate::profile::Descriptor;
+use crate::record::Tabled;
 use correlate::NvmeCorrelator;
 use record::NvmeRecord;
 
@@ -63,54 +64,25 @@ const EVENTS: &[EventReq] = &[
     },
 ];
 
-/// `--ctrl`, `--nsid`, `--qid`, `--admin`: the flags that select NVMe commands, for
-/// every profile that follows them (the same definition in each).
-pub fn selection_args() -> Vec<clap::Arg> {
-    use clap::{value_parser, Arg, ArgAction};
-    vec![
-        Arg::new("ctrl")
-            .long("ctrl")
-            .value_name("N")
-            .value_parser(value_parser!(u32))
-            .help("nvme, nvmet, nvme-tcp: only this controller (host: N of nvmeN; target: cntlid). Applied in the kernel with a tracepoint filter"),
-        Arg::new("nsid")
-            .long("nsid")
-            .value_name("N")
-            .value_parser(value_parser!(u32))
-            .help("nvme, nvmet: only this namespace id"),
-        Arg::new("qid")
-            .long("qid")
-            .value_name("N")
-            .value_parser(value_parser!(u32))
-            .help("nvme, nvmet, nvme-tcp: only this queue id (0 is the admin queue)"),
-        Arg::new("admin")
-            .long("admin")
-            .action(ArgAction::SetTrue)
-            .help("nvme, nvmet, nvme-tcp: also trace admin queue (qid 0) commands, skipped by default"),
-    ]
+/// What this profile is, what it opens and what it writes.
+static DESCRIPTOR: Descriptor = Descriptor {
+    name: "nvme",
+    about: "NVMe commands on the host (PCIe or fabrics): block layer → driver setup → completion",
+    events: EVENTS,
+    schema: NvmeRecord::table,
+    args,
+};
+
+/// The flags this profile adds to `record` and `stat`.
+fn args() -> Vec<clap::Arg> {
+    let mut v = selection_args();
+    v.push(sample::sample_arg());
+    v
 }
 
 impl Profile for Nvme {
-    fn name(&self) -> &'static str {
-        "nvme"
-    }
-
-    fn about(&self) -> &'static str {
-        "NVMe commands on the host (PCIe or fabrics): block layer → driver setup → completion"
-    }
-
-    fn events(&self) -> &'static [EventReq] {
-        EVENTS
-    }
-
-    fn schema(&self) -> &'static Schema {
-        NvmeRecord::table()
-    }
-
-    fn args(&self) -> Vec<clap::Arg> {
-        let mut v = selection_args();
-        v.push(sample::sample_arg());
-        v
+    fn descriptor(&self) -> &'static Descriptor {
+        &DESCRIPTOR
     }
 
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {

@@ -1,7 +1,10 @@
-//! The nvme profile's record (one host command) and the columns it shares with the
-//! nvmet profile's record ([`core_columns`]).
+//! The nvme profile's record (one host command); the columns it shares with the nvmet
+//! profile's record are in [`crate::profile::shared::cmd_columns`].
 
-use super::cmd::CmdCore;
+use crate::profile::shared::cmd::CmdCore;
+use crate::profile::shared::cmd_columns::{
+    core_columns, nvme_status_column, qd_column, status_column, HasCore,
+};
 use crate::record::{opt, Column, Kind, Role, Value};
 
 /// One host NVMe command.
@@ -36,101 +39,9 @@ impl NvmeRecord {
     }
 }
 
-/// A record built around a [`CmdCore`].
-pub trait HasCore {
-    fn core(&self) -> &CmdCore;
-}
-
 impl HasCore for NvmeRecord {
     fn core(&self) -> &CmdCore {
         &self.core
-    }
-}
-
-/// The columns from `qid` to `size_class`, in that order, for any record with a core.
-pub const fn core_columns<R: HasCore>() -> [Column<R>; 8] {
-    [
-        Column {
-            name: "qid",
-            role: Role::Value,
-            kind: Kind::U64,
-            get: |r| Value::U64(r.core().qid as u64),
-        },
-        Column {
-            name: "cid",
-            role: Role::Value,
-            kind: Kind::U64,
-            get: |r| Value::U64(r.core().cid as u64),
-        },
-        Column {
-            name: "nsid",
-            role: Role::Label,
-            kind: Kind::U64,
-            get: |r| Value::U64(r.core().nsid as u64),
-        },
-        Column {
-            name: "opcode",
-            role: Role::Label,
-            kind: Kind::Text,
-            get: |r| Value::from(r.core().opcode_label()),
-        },
-        Column {
-            name: "slba",
-            role: Role::Value,
-            kind: Kind::U64,
-            get: |r| opt(r.core().slba),
-        },
-        Column {
-            name: "bytes",
-            role: Role::Value,
-            kind: Kind::U64,
-            get: |r| opt(r.core().bytes),
-        },
-        Column {
-            name: "lba_size",
-            role: Role::Value,
-            kind: Kind::U64,
-            get: |r| Value::U64(r.core().lba_size as u64),
-        },
-        Column {
-            name: "size_class",
-            role: Role::Label,
-            kind: Kind::Text,
-            get: |r| Value::Str(r.core().size_label()),
-        },
-    ]
-}
-
-/// `qd`: commands in flight on the queue at submission, itself included.
-pub const fn qd_column<R: HasCore>() -> Column<R> {
-    Column {
-        name: "qd",
-        role: Role::Value,
-        kind: Kind::U64,
-        get: |r| Value::U64(r.core().qd as u64),
-    }
-}
-
-/// `nvme_status` (hex, empty while incomplete).
-pub const fn nvme_status_column<R: HasCore>() -> Column<R> {
-    Column {
-        name: "nvme_status",
-        role: Role::Value,
-        kind: Kind::Text,
-        get: |r| {
-            r.core()
-                .nvme_status
-                .map_or(Value::Empty, |s| Value::Hex(s as u64))
-        },
-    }
-}
-
-pub const fn status_column<R: HasCore>() -> Column<R> {
-    Column {
-        name: "status",
-        role: Role::Status,
-        kind: Kind::Text,
-        get: |r| Value::Str(r.core().status.as_str()),
     }
 }
 

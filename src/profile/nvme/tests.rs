@@ -1,16 +1,16 @@
 //! Tests of the nvme profile: records laid out by the formats captured from the 6.1
 //! guest, decoded and correlated.
 
-use super::cmd::NvmeConfig;
 use super::correlate::NvmeCorrelator;
-use super::events::HostEvent;
 use super::record::NvmeRecord;
 use crate::correlate::Status;
 use crate::correlate::{Correlator, Counters};
 use crate::decode::Decoder;
 use crate::order::Sorter;
-use crate::profile::nvme::cmd::CmdSelect;
-use crate::profile::nvme::events::layout;
+use crate::profile::shared::cmd::CmdSelect;
+use crate::profile::shared::cmd::NvmeConfig;
+use crate::profile::shared::nvme_events::layout;
+use crate::profile::shared::nvme_events::HostEvent;
 use crate::record::IoRecord;
 use crate::synth::RecordBuilder;
 use crate::testutil::{cells, labels};

@@ -8,8 +8,8 @@
 //! naming the event and the field.
 
 use crate::decode::{unknown, DecodeError, FieldReader, Layout, Want};
-use crate::profile::block::events::{BlockEvent, BlockLayout};
-use crate::profile::nvme::events::DiskName;
+use crate::profile::shared::block_events::{BlockEvent, BlockLayout};
+use crate::profile::shared::nvme_events::DiskName;
 use crate::tracefs::EventFormat;
 
 /// Host (`nvme_tcp`) event kinds, in the order one I/O usually fires them.

@@ -17,7 +17,7 @@ use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::inflight::{Inflight, Started};
 use crate::correlate::{Correlator, Counters, FxMap};
 use crate::decode::Event;
-use crate::profile::block::events::{BlockEvent, BlockKind};
+use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 
 /// A host request in flight at a (dev, sector), until its block completion.
 #[derive(Debug, Clone, Copy)]

@@ -24,10 +24,11 @@ use super::{
     Recording, BLOCK_HINT,
 };
 use crate::filter::Filter;
-use crate::profile::block::dev_filter;
-use crate::profile::nvme::cmd::CmdSelect;
-use crate::profile::nvme::selection_args;
-use crate::record::{Row, Schema, Tabled};
+use crate::profile::shared::cmd::CmdSelect;
+use crate::profile::shared::select::dev_filter;
+use crate::profile::shared::select::selection_args;
+use crate::profile::Descriptor;
+use crate::record::{Row, Tabled};
 use crate::sink::time::{parse_utc, WallClock};
 use join::TcpCorrelator;
 use model::{Side, TcpConfig, TcpRecord};
@@ -92,36 +93,34 @@ pub(crate) const EVENTS: &[EventReq] = &[
     },
 ];
 
+/// What this profile is, what it opens and what it writes.
+static DESCRIPTOR: Descriptor = Descriptor {
+    name: "nvme-tcp",
+    about: "NVMe/TCP I/O split into host, network and target stages (kernel_change/ patch)",
+    events: EVENTS,
+    schema: TcpRecord::table,
+    args,
+};
+
+/// The flags this profile adds to `record` and `stat`.
+fn args() -> Vec<clap::Arg> {
+    use clap::Arg;
+    let mut v = selection_args();
+    v.retain(|a| a.get_id() != "nsid");
+    v.push(
+        Arg::new("side")
+            .long("side")
+            .value_name("SIDE")
+            .value_parser(["host", "target", "both"])
+            .help("nvme-tcp: the side(s) of NVMe/TCP this machine traces: host, target, or both (default: loopback, or host and target of different connections). For two machines record --side host on one and --side target on the other, then join the CSVs with `ntprof-perf merge`"),
+    );
+    v.push(sample::sample_arg());
+    v
+}
+
 impl Profile for NvmeTcp {
-    fn name(&self) -> &'static str {
-        "nvme-tcp"
-    }
-
-    fn about(&self) -> &'static str {
-        "NVMe/TCP I/O split into host, network and target stages (kernel_change/ patch)"
-    }
-
-    fn events(&self) -> &'static [EventReq] {
-        EVENTS
-    }
-
-    fn schema(&self) -> &'static Schema {
-        TcpRecord::table()
-    }
-
-    fn args(&self) -> Vec<clap::Arg> {
-        use clap::Arg;
-        let mut v = selection_args();
-        v.retain(|a| a.get_id() != "nsid");
-        v.push(
-            Arg::new("side")
-                .long("side")
-                .value_name("SIDE")
-                .value_parser(["host", "target", "both"])
-                .help("nvme-tcp: the side(s) of NVMe/TCP this machine traces: host, target, or both (default: loopback, or host and target of different connections). For two machines record --side host on one and --side target on the other, then join the CSVs with `ntprof-perf merge`"),
-        );
-        v.push(sample::sample_arg());
-        v
+    fn descriptor(&self) -> &'static Descriptor {
+        &DESCRIPTOR
     }
 
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {

@@ -84,7 +84,7 @@
 //! stock target writes complete host-only rows even if its kernel has nvmet_tcp.
 
 use crate::correlate::inflight::DEFAULT_MAX;
-use crate::profile::nvme::events::{opcode_name, DiskName};
+use crate::profile::shared::nvme_events::{opcode_name, DiskName};
 use crate::record::{size_class, Status};
 
 /// Which side(s) of the connection a run traces.

@@ -3,7 +3,7 @@
 use super::model::{
     HostPart, TargetPart, TcpRecord, HOST_MARKS, MARK_NAMES, M_HOST, M_TARGET, TARGET_MARKS,
 };
-use crate::profile::nvme::events::{opcode_name, DiskName};
+use crate::profile::shared::nvme_events::{opcode_name, DiskName};
 use crate::record::{bad, col, opt, Column, Kind, Role, Row, RowError, Value};
 
 /// A host part's number, empty without one.

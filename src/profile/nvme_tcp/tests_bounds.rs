@@ -7,7 +7,7 @@ use super::model::{Side, TcpConfig, TcpRecord};
 use super::tests::{cells, r2t_write, read, rig, DEV};
 use crate::correlate::Correlator;
 use crate::decode::Event;
-use crate::profile::block::events::{BlockEvent, BlockKind};
+use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 use crate::record::{IoRecord, Row};
 use std::collections::HashMap;
 
@@ -197,7 +197,7 @@ fn random_event_streams_do_not_panic() {
                     opcode: (r >> 33) as u8 % 3,
                     write: r & 1 == 0,
                     inline_data: r & 2 == 0,
-                    disk: crate::profile::nvme::events::DiskName::new(b"nvme0n1"),
+                    disk: crate::profile::shared::nvme_events::DiskName::new(b"nvme0n1"),
                 }),
                 status: 0,
             })),
@@ -225,7 +225,7 @@ fn random_event_streams_do_not_panic() {
                 sector: rnd() % 64,
                 nr_sector: 8,
                 bytes: 4096,
-                op: crate::profile::block::events::Op::Read,
+                op: crate::profile::shared::block_events::Op::Read,
                 error: 0,
             }),
         };

@@ -4,11 +4,11 @@
 
 use crate::correlate::{Correlator, Counters};
 use crate::decode::Event;
-use crate::profile::nvme::cmd::{CmdCore, CmdTracker, Finished, NvmeConfig};
-use crate::profile::nvme::events::NvmeEvent;
-use crate::profile::nvme::record::{
+use crate::profile::shared::cmd::{CmdCore, CmdTracker, Finished, NvmeConfig};
+use crate::profile::shared::cmd_columns::{
     core_columns, nvme_status_column, qd_column, status_column, HasCore,
 };
+use crate::profile::shared::nvme_events::NvmeEvent;
 use crate::record::{opt, Column, Kind, Role, Value};
 
 /// One command as the target saw it.
@@ -128,9 +128,9 @@ impl Correlator for NvmetCorrelator {
 mod tests {
     use super::*;
     use crate::decode::Decoder;
-    use crate::profile::nvme::cmd::CmdSelect;
     use crate::profile::nvme::tests::{guest_tracefs, rw_dwords};
     use crate::profile::nvmet::events::layout;
+    use crate::profile::shared::cmd::CmdSelect;
     use crate::record::{IoRecord, Status};
     use crate::synth::RecordBuilder;
     use crate::testutil::{cells, labels};

@@ -1,12 +1,12 @@
 //! NVMe target events: `nvmet:nvmet_req_init` and `nvmet:nvmet_req_complete`.
 //!
 //! They carry the same command fields as the host's (see
-//! [`crate::profile::nvme::events`]) at other offsets: `ctrl_id` is the u16 cntlid,
+//! [`crate::profile::shared::nvme_events`]) at other offsets: `ctrl_id` is the u16 cntlid,
 //! `disk` is the namespace's `device_path`, and the completion's `status` is already
 //! shifted past the phase bit by the kernel.
 
 use crate::decode::{unknown, DecodeError, Layout};
-use crate::profile::nvme::events::{CmdLayout, DoneLayout, NvmeEvent};
+use crate::profile::shared::nvme_events::{CmdLayout, DoneLayout, NvmeEvent};
 use crate::tracefs::EventFormat;
 
 /// The layout of one event the nvmet profile opens.

@@ -6,9 +6,10 @@ pub mod events;
 
 use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile};
 use crate::filter::Filter;
-use crate::profile::nvme::cmd::NvmeConfig;
-use crate::profile::nvme::selection_args;
-use crate::record::{Schema, Tabled};
+use crate::profile::shared::cmd::NvmeConfig;
+use crate::profile::shared::select::selection_args;
+use crate::profile::Descriptor;
+use crate::record::Tabled;
 use correlate::{NvmetCorrelator, NvmetRecord};
 
 pub struct Nvmet;
@@ -30,27 +31,25 @@ const EVENTS: &[EventReq] = &[
     },
 ];
 
+/// What this profile is, what it opens and what it writes.
+static DESCRIPTOR: Descriptor = Descriptor {
+    name: "nvmet",
+    about: "NVMe target (nvmet, any transport): command received → completion posted",
+    events: EVENTS,
+    schema: NvmetRecord::table,
+    args,
+};
+
+/// The flags this profile adds to `record` and `stat`.
+fn args() -> Vec<clap::Arg> {
+    let mut v = selection_args();
+    v.push(sample::sample_arg());
+    v
+}
+
 impl Profile for Nvmet {
-    fn name(&self) -> &'static str {
-        "nvmet"
-    }
-
-    fn about(&self) -> &'static str {
-        "NVMe target (nvmet, any transport): command received → completion posted"
-    }
-
-    fn events(&self) -> &'static [EventReq] {
-        EVENTS
-    }
-
-    fn schema(&self) -> &'static Schema {
-        NvmetRecord::table()
-    }
-
-    fn args(&self) -> Vec<clap::Arg> {
-        let mut v = selection_args();
-        v.push(sample::sample_arg());
-        v
+    fn descriptor(&self) -> &'static Descriptor {
+        &DESCRIPTOR
     }
 
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {

@@ -3,7 +3,7 @@
 //! matching with cid reuse and bounded memory ([`CmdTracker`]), and the fields both
 //! records report ([`CmdCore`]).
 
-use super::events::{opcode_name, DiskName, NvmeCmd, NvmeDone};
+use super::nvme_events::{opcode_name, DiskName, NvmeCmd, NvmeDone};
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::{Counters, FxMap, Status};
 use crate::filter::Filter;

@@ -5,7 +5,7 @@
 //! command dwords. Pure decoding: no sysfs (the LBA size is the correlator's business).
 
 use crate::decode::{unknown, DecodeError, FieldReader, Layout, Want};
-use crate::profile::block::events::{BlockEvent, BlockLayout};
+use crate::profile::shared::block_events::{BlockEvent, BlockLayout};
 use crate::tracefs::EventFormat;
 
 /// `DISK_NAME_LEN`: the size of the `disk` char array of the nvme and nvmet events.
