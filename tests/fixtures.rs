@@ -4,8 +4,8 @@
 //! were put in another order (what a newer or older release, or a spreadsheet, does).
 //!
 //! The fixtures: block (CSV and Parquet) and bio recorded on this kind of host (loop
-//! device, zram); nvme-tcp joint, host and target recorded in the VM rig (patched 6.1
-//! guest). No kernel is needed to read them.
+//! device, zram); nvme, nvmet and nvme-tcp (joint, host and target) recorded in the VM
+//! rig (patched 6.1 guest). No kernel is needed to read them.
 
 mod common;
 
@@ -54,11 +54,13 @@ fn data_rows(name: &str) -> u64 {
     read(&fixture(name)).lines().count() as u64 - 1
 }
 
-const CSVS: [(&str, &str, &str); 3] = [
+const CSVS: [(&str, &str, &str); 5] = [
     // (file, profile, a column that is not a label, stage or status)
     ("block-v1.csv", "block", "candidates"),
     ("bio-v1.csv", "bio", "target_sector"),
     ("nvme-tcp-v1.csv", "nvme-tcp", "tag"),
+    ("nvme-v1.csv", "nvme", "retries"),
+    ("nvmet-v1.csv", "nvmet", "lba_size"),
 ];
 
 #[test]

@@ -159,10 +159,16 @@ fn breakdown(data: &Data, opts: &Options, root: &Area) -> Result<(), String> {
         .x_desc("latency (µs)")
         .draw()
         .map_err(|e| e.to_string())?;
-    for &k in &order {
+    // Colours by place in the stack, so the parts next to each other differ however many
+    // stages the table has; each total's mark its own shade.
+    const MARKS: [RGBColor; 3] = [BLACK, RGBColor(110, 110, 110), RGBColor(140, 0, 70)];
+    let mut totals_seen = 0;
+    for (place, &k) in order.iter().enumerate() {
         let name = names[k];
-        let c = colour(k);
+        let c = colour(place);
         if data.total[k] {
+            let m = MARKS[totals_seen % MARKS.len()];
+            totals_seen += 1;
             let marks: Vec<_> = bars
                 .iter()
                 .enumerate()
@@ -178,13 +184,13 @@ fn breakdown(data: &Data, opts: &Options, root: &Area) -> Result<(), String> {
                             (at, SegmentValue::Exact(y(i))),
                             (at, SegmentValue::Exact(y(i) + 1)),
                         ],
-                        BLACK.stroke_width(3),
+                        m.stroke_width(3),
                     )
                 }))
                 .map_err(|e| e.to_string())?
                 .label(format!("{name} (total)"))
-                .legend(|(x, y)| {
-                    PathElement::new(vec![(x + 5, y - 6), (x + 5, y + 6)], BLACK.stroke_width(3))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x + 5, y - 6), (x + 5, y + 6)], m.stroke_width(3))
                 });
             continue;
         }
@@ -319,6 +325,7 @@ fn heatmap(data: &Data, opts: &Options, root: &Area) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
+            .max_light_lines(1)
             .disable_mesh()
             .x_desc("time since the first I/O (s)")
             .y_desc(format!("{stage} (µs)"))
@@ -408,6 +415,7 @@ fn histogram(data: &Data, opts: &Options, root: &Area) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
+        .max_light_lines(1)
         .x_desc(format!("{stage} latency (µs, log scale)"))
         .y_desc(if opts.cdf {
             "fraction of I/Os at or below"

@@ -1,28 +1,22 @@
 //! Profiles as plug-ins: what to trace, how to join it into I/Os, and what a row says.
 //!
 //! A profile is one folder, `profile/<name>/`, holding everything it knows:
-//! - `mod.rs`: the [`Profile`] implementation: its events with the hints `list`
-//!   prints, its flags (clap [`clap::Arg`]s, validated in `plan` into its own
-//!   selection), and its kernel filters (built with [`crate::filter::Filter`]);
-//! - `events.rs`: the fields it binds from the format files and the typed events
-//!   they decode into;
+//! - `mod.rs`: its [`Descriptor`] (name, one line about it, its events with the hints
+//!   `list` prints, its column table, its flags) and its [`Profile`] implementation,
+//!   whose `plan` validates the flags into a run: the events with their kernel filters
+//!   ([`crate::filter::Filter`]), the decoder and the correlator;
+//! - its event layouts when no other profile reads the same events;
 //! - its correlator ([`crate::correlate::Correlator`]) and its record type with the
-//!   record's column table ([`crate::record::Tabled`]).
+//!   record's column table ([`crate::record::Tabled`]): name, role (label, stage,
+//!   total of named stages, status, value), kind, accessor.
 //!
-//! The pipeline, the sinks and the command line are generic: they see a profile only
-//! through this trait, its records only through their column table.
+//! What several profiles read or select alike lives in [`shared`]: the block and NVMe
+//! event layouts, the NVMe command tracker and its columns, the block I/O columns, and
+//! the selection flags. The pipeline, the sinks and the command line are generic: they
+//! see a profile only through this trait, its records only through their column table.
 //!
 //! # Adding a profile
-//! 1. Make `profile/<name>/` with an `events.rs` (layouts: bind each field once with
-//!    [`crate::decode::FieldReader`], decode with offset reads), a correlator, and a
-//!    record type implementing [`crate::record::Tabled`] (one static column table:
-//!    name, role, kind, accessor).
-//! 2. Implement [`Profile`]: `plan` reads its flags from the `ArgMatches`, checks the
-//!    events it needs ([`PlanCtx::require`]), opens them with their filters through a
-//!    [`PlanBuilder`], and hands over its correlator.
-//! 3. Add one line to [`all`].
-//!
-//! `list`, `record`, `stat`, `report` (and any output format) then work unchanged.
+//! See `docs/adding-a-profile.md`: a folder, and one line in [`all`].
 
 pub mod bio;
 pub mod block;
