@@ -109,6 +109,31 @@ impl SysBlock {
             .collect()
     }
 
+    /// Every device under `name` in a stack (device-mapper, md: `slaves/`), at any depth,
+    /// nearest first, each once.
+    pub fn below(&self, name: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut next = vec![name.to_string()];
+        while let Some(n) = next.pop() {
+            let Ok(rd) = fs::read_dir(self.root.join("class/block").join(&n).join("slaves")) else {
+                continue;
+            };
+            let mut names: Vec<String> = rd
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            for s in names {
+                // A loop in sysfs would be a kernel bug; the check keeps it from hanging us.
+                if s != name && !out.contains(&s) {
+                    out.push(s.clone());
+                    next.push(s);
+                }
+            }
+        }
+        out
+    }
+
     /// dev_t → name for every block device, for the `device` column.
     pub fn names(&self) -> HashMap<u32, String> {
         let mut m = HashMap::new();
@@ -163,6 +188,26 @@ mod tests {
         let d = kernel_dev(7, 3);
         assert_eq!((dev_major(d), dev_minor(d)), (7, 3));
         assert_eq!(kernel_dev(259, 0), 259 << 20);
+    }
+
+    /// dm-2 over dm-1 over loop3 and loop4: everything below dm-2, nearest first.
+    #[test]
+    fn below_follows_the_stack_to_the_bottom() {
+        let root = std::env::temp_dir().join(format!("ntprof-stack-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let slave = |upper: &str, lower: &str| {
+            let d = root.join("class/block").join(upper).join("slaves");
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join(lower), "").unwrap();
+        };
+        slave("dm-2", "dm-1");
+        slave("dm-1", "loop3");
+        slave("dm-1", "loop4");
+        let s = SysBlock::at(&root);
+        assert_eq!(s.below("dm-2"), ["dm-1", "loop3", "loop4"]);
+        assert_eq!(s.below("dm-1"), ["loop3", "loop4"]);
+        assert!(s.below("loop3").is_empty());
+        let _ = fs::remove_dir_all(root);
     }
 
     fn fake() -> (PathBuf, SysBlock) {

@@ -3,7 +3,9 @@
 //! that every I/O fio issued is exactly one row.
 //!
 //! - bio: a dm-linear target over a loop device: each bio submitted to `dm-N` is one
-//!   row naming the loop device it was remapped to, at the linear table's offset.
+//!   row naming the loop device it was remapped to, at the linear table's offset; and a
+//!   second dm-linear over the first, traced alone: rows name the loop device at the
+//!   bottom, at both offsets.
 //! - hot sectors: two fio jobs at QD 32 reading a 64 KiB region (16 blocks), so many
 //!   requests to one sector are in flight at once: rows still equal fio's count and
 //!   nothing is unmatched (nvme; nvme-tcp with complete chains on the patched kernel).
@@ -67,6 +69,25 @@ fn bio_on_dm_linear_and_hot_sectors_in_the_vm() {
             report.contains(&format!("profile bio, {fio} rows")),
             "{report}"
         );
+    }
+
+    // Two levels traced at the top: every bio names the loop device at the bottom and its
+    // sector there; the bios of the dm-linear between are followed, not rows.
+    let stack2 = read(&o.join("stack2"));
+    let s2: Vec<&str> = stack2.split_whitespace().collect();
+    let (top, lo2, offset2) = (s2[0], s2[2], s2[3].parse::<u64>().unwrap());
+    let name = "bio-two-levels";
+    let err = read(&o.join(format!("{name}.err")));
+    assert_clean(name, &err);
+    let rows = read_csv(&o.join(format!("{name}.csv")));
+    let fio = fio_ios(&o.join(format!("fio-{name}.json")));
+    assert_eq!(fio, NIOS, "{name}: fio's own count");
+    assert_eq!(rows.len() as u64, fio, "{name}: one row per bio fio issued");
+    for r in &rows {
+        assert_eq!(r["device"], top, "{r:?}");
+        assert_eq!(r["target"], lo2, "the bottom of the stack: {r:?}");
+        assert_eq!(num(r, "target_sector"), num(r, "sector") + offset2, "{r:?}");
+        assert_eq!(r["status"], "ok", "{r:?}");
     }
 
     let mut hot = vec!["hot-nvme"];

@@ -65,6 +65,10 @@ pub struct BioConfig {
     /// Names for dev_t values, for the `device` and `target` columns.
     pub names: HashMap<u32, String>,
     pub max_in_flight: usize,
+    /// The devices whose bios are rows; empty: every device traced. The devices below
+    /// them are traced too (to follow a bio down the stack), but their own bios are
+    /// not rows.
+    pub only: Vec<u32>,
 }
 
 impl Default for BioConfig {
@@ -72,6 +76,7 @@ impl Default for BioConfig {
         BioConfig {
             names: HashMap::new(),
             max_in_flight: DEFAULT_MAX,
+            only: Vec::new(),
         }
     }
 }
@@ -82,6 +87,7 @@ pub struct BioCorrelator {
     depth: FxMap<u32, u32>,
     lower: Inflight<Key, Lower>,
     names: FxMap<u32, Arc<str>>,
+    only: Vec<u32>,
     counters: Counters,
 }
 
@@ -120,8 +126,14 @@ impl BioCorrelator {
                 .iter()
                 .map(|(d, n)| (*d, Arc::from(n.as_str())))
                 .collect(),
+            only: cfg.only,
             counters: Counters::default(),
         }
+    }
+
+    /// Whether a bio queued on `dev` (not a clone of one above) is a row.
+    fn wanted(&self, dev: u32) -> bool {
+        self.only.is_empty() || self.only.contains(&dev)
     }
 
     fn name(&mut self, dev: u32) -> Arc<str> {
@@ -206,6 +218,10 @@ impl BioCorrelator {
                     l.queued = true;
                     return;
                 }
+                if !self.wanted(e.dev) {
+                    // A bio of its own on a device below the traced one.
+                    return;
+                }
                 let depth = self.depth.entry(e.dev).or_insert(0);
                 *depth += 1;
                 let io = BioIo {
@@ -255,6 +271,9 @@ impl BioCorrelator {
             BioKind::Complete => {
                 if self.lower.take_where(&at, |l| l.queued).is_some() {
                     // A clone below completed; the bio above completes on its own.
+                    return;
+                }
+                if !self.wanted(e.dev) {
                     return;
                 }
                 let Some((io, held)) = self.ios.take(&at) else {
@@ -399,6 +418,38 @@ mod tests {
         );
         assert_eq!(r.status, Status::Ok);
         assert_eq!(c.unmatched + c.incomplete, 0);
+    }
+
+    /// `-d dm-1` over dm-0 over a loop device: dm-0 is traced to follow the bio down,
+    /// but dm-0's own bios (not clones of dm-1's) are not rows, and their completions
+    /// are not unmatched.
+    #[test]
+    fn the_devices_below_the_traced_one_are_followed_not_reported() {
+        let dm1 = (253 << 20) | 1;
+        let evs = [
+            ev(100, Queue, dm1, 8, (0, 0)),
+            ev(105, Remap, DM, 16, (dm1, 8)),
+            ev(106, Queue, DM, 16, (0, 0)),
+            ev(110, Remap, LOOP, 2064, (DM, 16)),
+            ev(120, Queue, DM, 4000, (0, 0)),
+            ev(125, Remap, LOOP, 6048, (DM, 4000)),
+            ev(300, Complete, DM, 16, (0, 0)),
+            ev(310, Complete, dm1, 8, (0, 0)),
+            ev(320, Complete, DM, 4000, (0, 0)),
+        ];
+        let mut c = BioCorrelator::new(BioConfig {
+            only: vec![dm1],
+            ..Default::default()
+        });
+        let mut rows = Vec::new();
+        for e in &evs {
+            c.on_event(e, &mut |r| rows.push(r));
+        }
+        c.finish(&mut |r| rows.push(r));
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        let t = rows[0].target.as_ref().unwrap();
+        assert_eq!((t.1, t.2), (LOOP, 2064));
+        assert_eq!(c.counters().unmatched, 0);
     }
 
     #[test]

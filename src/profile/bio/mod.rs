@@ -17,6 +17,7 @@ use crate::profile::shared::select::{device_arg, devices, sector_sample_mask};
 use crate::profile::Descriptor;
 use crate::record::Tabled;
 use correlate::{BioConfig, BioCorrelator, BioRecord};
+use std::collections::HashMap;
 use std::path::Path;
 
 pub struct Bio;
@@ -102,7 +103,36 @@ impl Profile for Bio {
                 why: "no bio-based block device (device-mapper, md, zram) on this host now; for disks use --profile block".into(),
             });
         }
+        // With --device, the bio-based devices below the asked ones are traced too, so a
+        // bio is followed down the whole stack to the disk at its bottom; their own bios
+        // are not rows. Sampling tests the sector a bio had on the asked device.
+        let lower: Vec<u32> = if asked.is_empty() {
+            Vec::new()
+        } else {
+            let by_name: HashMap<&str, u32> = names.iter().map(|(d, n)| (n.as_str(), *d)).collect();
+            let mut v: Vec<u32> = asked
+                .iter()
+                .flat_map(|d| ctx.sys.below(&d.name))
+                .filter(|n| bio_based(n))
+                .filter_map(|n| by_name.get(n.as_str()).copied())
+                .filter(|d| !devs.contains(d))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        if !lower.is_empty() {
+            let below: Vec<&str> = lower
+                .iter()
+                .filter_map(|d| names.get(d).map(String::as_str))
+                .collect();
+            b.note(format!(
+                "following bios down through {} to the disk below (their own bios are not rows)",
+                below.join(", ")
+            ));
+        }
         let v: Vec<u64> = devs.iter().map(|&d| d as u64).collect();
+        let w: Vec<u64> = lower.iter().map(|&d| d as u64).collect();
         let traced: Vec<String> = devs.iter().filter_map(|d| names.get(d).cloned()).collect();
         let mask = sector_sample_mask(ctx, &mut b, rate, &traced)?;
         for e in EVENTS.iter().filter(|e| ctx.has(e.system, e.event)) {
@@ -113,16 +143,22 @@ impl Profile for Bio {
             } else {
                 ("dev", "sector")
             };
-            let filter = Filter::and(
+            let asked_part = Filter::and(
                 Filter::one_of(field, &v),
                 mask.and_then(|m| sample::filter(sector, m)),
             );
+            let filter = match (asked_part, Filter::one_of(field, &w)) {
+                (a, None) => a,
+                (Some(a), Some(l)) => Some(Filter::Any(vec![a, l])),
+                (None, Some(_)) => None,
+            };
             b.open(e.system, e.event, filter, |fmt| {
                 events::layout(fmt, e.system, e.event)
             })?;
         }
         Ok(b.build(BioCorrelator::new(BioConfig {
             names,
+            only: if lower.is_empty() { Vec::new() } else { devs },
             ..Default::default()
         })))
     }

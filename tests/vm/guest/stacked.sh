@@ -6,7 +6,10 @@
 # 2. Hot sectors: concurrent reads of a 64 KiB region of the NVMe/TCP disk (libaio,
 #    QD 32, two jobs) under `record --profile nvme`, and `--profile nvme-tcp` when the
 #    kernel has its events.
-# Writes to $NTPROF_OUT/stacked/: stack ("dm-N loopM OFFSET"), <name>.csv/.err/.report,
+#    Then a second dm-linear over the first, traced alone (`-d` the top): rows name the
+#    loop device at the bottom.
+# Writes to $NTPROF_OUT/stacked/: stack ("dm-N loopM OFFSET"), stack2 ("dm-TOP dm-N loopM
+# OFFSET+OFFSET2"), <name>.csv/.err/.report,
 # fio-<name>.json. Exits non-zero on the first command that fails.
 set -eu
 BIN=${1:?usage: stacked.sh NTPROF_PERF_BIN [NIOS]}
@@ -41,6 +44,16 @@ run bio-randwrite-4k --profile bio -d "$DM" -- --filename="/dev/$DM" --ioengine=
     --rw=randwrite --bs=4k --size=64m --number_ios="$NIOS"
 run bio-read-64k --profile bio -d "$DM" -- --filename="/dev/$DM" --ioengine=libaio \
     --iodepth=8 --rw=read --bs=64k --size=64m --number_ios="$NIOS"
+# Two levels: dm-linear over that dm-linear, traced at the top only; each bio must name
+# the loop device at the bottom, at both tables' offsets.
+OFFSET2=2048
+dmsetup create --noudevsync ntprof-top --table "0 131072 linear /dev/$DM $OFFSET2"
+TOP=dm-$(dmsetup info -c --noheadings -o minor ntprof-top | tr -d ' ')
+[ -b "/dev/$TOP" ] || { echo "no /dev/$TOP"; exit 1; }
+echo "$TOP $DM ${LOOP##*/} $((OFFSET + OFFSET2))" > "$O/stack2"
+run bio-two-levels --profile bio -d "$TOP" -- --filename="/dev/$TOP" --ioengine=psync \
+    --rw=randwrite --bs=4k --size=32m --number_ios="$NIOS"
+dmsetup remove --noudevsync ntprof-top
 dmsetup remove --noudevsync ntprof-lin
 losetup -d "$LOOP"
 
