@@ -438,15 +438,10 @@ fn main() {
     let mut iops: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
     let mut lost: Vec<Option<u64>> = vec![Some(0); MODES.len()];
-    let mut seed = 0x2545_f491_4f6c_dd1du64 ^ std::process::id() as u64;
+    let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d ^ std::process::id() as u64);
     for round in 0..rounds {
         let mut order: Vec<usize> = (0..MODES.len()).collect();
-        for i in (1..order.len()).rev() {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            order.swap(i, (seed % (i as u64 + 1)) as usize);
-        }
+        rng.shuffle(&mut order);
         for &i in &order {
             let r = run(&ctx, MODES[i], secs);
             eprintln!(

@@ -109,16 +109,11 @@ fn main() {
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     let mut lost = vec![0u64; modes.len()];
     let mut samples = vec![0u64; modes.len()];
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rng = fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15);
     batch(calls); // warm up
     for _ in 0..rounds {
         let mut order: Vec<usize> = (0..modes.len()).collect();
-        for i in (1..order.len()).rev() {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            order.swap(i, (seed % (i as u64 + 1)) as usize);
-        }
+        rng.shuffle(&mut order);
         for m in order {
             if let Some(g) = &groups[m] {
                 g.enable().unwrap();

@@ -787,14 +787,12 @@ mod tests {
 
     #[test]
     fn values_render_without_fmt_as_with_it() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15);
         let mut nums = vec![0u64, 7, 9, 10, 99, 100, 101, 999, 1000, 12345, u64::MAX];
         nums.extend((1..20).map(|p| 10u64.pow(p)));
         nums.extend((1..20).map(|p| 10u64.pow(p) - 1));
         nums.extend((0..2000).map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.u64(..);
             x >> (x % 64)
         }));
         for v in nums {

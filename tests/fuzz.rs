@@ -51,22 +51,16 @@ targets! {
 // ---------------------------------------------------------------------------------------
 // Driver
 
-/// xorshift64* seeded through splitmix64: fast, and good enough to find parser bugs.
-pub struct Rng(u64);
+/// The `fastrand` generator, seeded, with the biased draws parsers deserve.
+pub struct Rng(fastrand::Rng);
 
 impl Rng {
     fn new(seed: u64) -> Rng {
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Rng((z ^ (z >> 31)) | 1)
+        Rng(fastrand::Rng::with_seed(seed))
     }
 
     fn u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0.u64(..)
     }
 
     /// Uniform in `0..n` (0 when `n` is 0).
@@ -74,7 +68,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            self.u64() % n
+            self.0.u64(..n)
         }
     }
 

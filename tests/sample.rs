@@ -76,15 +76,8 @@ fn block_sample_keeps_whole_chains_of_one_in_n() {
 
     // Random 4 KiB reads at known offsets (one dd per read): the kept ones are exactly
     // those whose offset has the bits clear, about 1 in 4.
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let blocks: Vec<u64> = (0..600)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % (64 * 256)
-        })
-        .collect();
+    let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
+    let blocks: Vec<u64> = (0..600).map(|_| rng.u64(..64 * 256)).collect();
     let script: String = blocks
         .iter()
         .map(|b| {

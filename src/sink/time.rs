@@ -131,33 +131,31 @@ impl WallCache {
     }
 }
 
-/// Format ns since the Unix epoch as UTC `YYYY-MM-DDTHH:MM:SS.nnnnnnnnn`.
+/// Julian day number of 1970-01-01.
+const UNIX_JULIAN_DAY: i64 = 2_440_588;
+
+/// Format ns since the Unix epoch as UTC `YYYY-MM-DDTHH:MM:SS.nnnnnnnnn`; a time past
+/// the calendar's range (year ±9999) as its plain ns count.
 pub fn format_utc(unix_ns: i128) -> String {
     let secs = unix_ns.div_euclid(1_000_000_000);
     let nanos = unix_ns.rem_euclid(1_000_000_000);
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days as i64);
+    let date = i32::try_from(days as i64 + UNIX_JULIAN_DAY)
+        .ok()
+        .and_then(|jd| time::Date::from_julian_day(jd).ok());
+    let Some(date) = date else {
+        return unix_ns.to_string();
+    };
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{nanos:09}",
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{nanos:09}",
+        date.year(),
+        u8::from(date.month()),
+        date.day(),
         sod / 3600,
         sod / 60 % 60,
         sod % 60
     )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's method).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnn` (UTC, as [`format_utc`] writes; the space between
@@ -181,14 +179,10 @@ pub fn parse_utc(s: &str) -> Option<i128> {
     if !ok {
         return None;
     }
-    // Days from civil (H. Hinnant), the inverse of `civil_from_days`.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + dd - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    // A date that is not in the calendar (February 31st) is not a time.
+    let month = time::Month::try_from(m as u8).ok()?;
+    let date = time::Date::from_calendar_date(y as i32, month, dd as u8).ok()?;
+    let days = date.to_julian_day() as i64 - UNIX_JULIAN_DAY;
     let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
     Some(secs as i128 * 1_000_000_000 + nanos as i128)
 }
