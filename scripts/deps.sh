@@ -11,6 +11,8 @@ pkgs=(fio util-linux kmod
       librsvg2-bin
       # the VM rig (tests/vm); kernel_change/check.sh installs the sources it checks
       qemu-system-x86 busybox-static linux-source-6.1 rsync dmsetup
+      # tests/perf_record.rs: stock perf runs the command line `list --perf-record` prints
+      linux-perf
       build-essential flex bison bc libelf-dev libssl-dev cpio xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -102,6 +102,12 @@ pub struct ListArgs {
     /// Read event formats from this tracefs tree instead of the mounted one.
     #[arg(long, value_name = "DIR")]
     pub tracefs: Option<PathBuf>,
+    /// Print the `perf record` command line that captures what PROFILE needs (its
+    /// events, with the kernel filters and clock it would use), for hosts where only perf
+    /// may run. The flags after PROFILE are that profile's selection, as for `record`
+    /// (e.g. `--perf-record block -d loop0`).
+    #[arg(long, value_name = "PROFILE", num_args = 1.., allow_hyphen_values = true)]
+    pub perf_record: Option<Vec<String>>,
 }
 
 /// What to trace and how: shared by record and stat. Each profile adds its own flags

@@ -50,11 +50,68 @@ pub fn run(cli: Cli, sub: &clap::ArgMatches) -> Result<i32> {
     }
 }
 
+/// `perf record` of the events a `record -p PROFILE [flags]` run opens, with its
+/// filters, every CPU, and CLOCK_MONOTONIC (`-k mono`) as ntprof-perf stamps samples.
+fn perf_record_line(words: &[String], tfs: &Tracefs) -> Result<String> {
+    let name = &words[0];
+    let p = profile::find(name).with_context(|| {
+        let names: Vec<&str> = profile::all().iter().map(|p| p.name()).collect();
+        format!(
+            "--perf-record {name}: no such profile; profiles: {}",
+            names.join(", ")
+        )
+    })?;
+    let argv = ["ntprof-perf", "record", "-p"]
+        .into_iter()
+        .map(String::from)
+        .chain(words.iter().cloned());
+    let m = args::command()
+        .try_get_matches_from(argv)
+        .map_err(|e| anyhow::anyhow!("--perf-record {}: {e}", words.join(" ")))?;
+    let Some((_, flags)) = m.subcommand() else {
+        bail!("--perf-record {name}: no selection");
+    };
+    live::refuse_foreign_flags(p, flags)?;
+    // `--perf-record P … --tracefs DIR`: the tree named among the selection flags.
+    let own;
+    let tfs = match flags.get_one::<std::path::PathBuf>("tracefs") {
+        Some(dir) => {
+            own = Tracefs::find(Some(dir))?;
+            &own
+        }
+        None => tfs,
+    };
+    let ctx = profile::PlanCtx {
+        profile: p.name(),
+        status: profile::check(p, tfs),
+        tfs,
+        args: flags,
+        sys: ntprof_perf::device::SysBlock::default(),
+    };
+    let plan = p.plan(&ctx)?;
+    for n in &plan.notes {
+        eprintln!("ntprof-perf: {n}");
+    }
+    let mut line = String::from("perf record -a -k mono");
+    for e in &plan.events {
+        line.push_str(&format!(" -e {}", e.name));
+        if let Some(f) = &e.filter {
+            line.push_str(&format!(" --filter '{}'", f.render()));
+        }
+    }
+    Ok(line)
+}
+
 fn list(a: &ListArgs) -> Result<()> {
     let tfs = match Tracefs::find(a.tracefs.as_deref()) {
         Ok(t) => t,
         Err(e) => bail!("{e}"),
     };
+    if let Some(words) = &a.perf_record {
+        let line = perf_record_line(words, &tfs)?;
+        Out::new().line(&line);
+        return Ok(());
+    }
     let mut out = Out::new();
     // Every write below stops the listing when the reader is gone.
     macro_rules! println {

@@ -13,7 +13,7 @@ pub mod events;
 use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::device::BlockDevice;
 use crate::filter::Filter;
-use crate::profile::shared::select::{device_arg, devices, sector_sample_mask};
+use crate::profile::shared::select::{device_args, devices, sector_sample_mask};
 use crate::profile::Descriptor;
 use crate::record::Tabled;
 use correlate::{BioConfig, BioCorrelator, BioRecord};
@@ -57,17 +57,8 @@ static DESCRIPTOR: Descriptor = Descriptor {
         "bios of stacked and bio-based devices (dm, md, zram): queue → complete, and the disk below",
     events: EVENTS,
     schema: BioRecord::table,
-    args,
+    args: device_args,
 };
-
-/// The flags this profile adds to `record` and `stat`.
-fn args() -> Vec<clap::Arg> {
-    vec![
-        device_arg(),
-        sample::sample_arg(),
-        sample::sample_align_arg(),
-    ]
-}
 
 impl Profile for Bio {
     fn descriptor(&self) -> &'static Descriptor {

@@ -10,7 +10,7 @@ pub mod record;
 use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::device::BlockDevice;
 use crate::filter::Filter;
-use crate::profile::shared::select::{dev_filter, device_arg, devices, open_block, sector_sample};
+use crate::profile::shared::select::{dev_filter, device_args, devices, open_block, sector_sample};
 use crate::profile::Descriptor;
 use crate::record::Tabled;
 use correlate::{BlockConfig, BlockCorrelator};
@@ -73,17 +73,8 @@ static DESCRIPTOR: Descriptor = Descriptor {
     about: "block layer requests on any disk: queue (insert) → dispatch (issue) → complete",
     events: EVENTS,
     schema: BlockRecord::table,
-    args,
+    args: device_args,
 };
-
-/// The flags this profile adds to `record` and `stat`.
-fn args() -> Vec<clap::Arg> {
-    vec![
-        device_arg(),
-        sample::sample_arg(),
-        sample::sample_align_arg(),
-    ]
-}
 
 impl Profile for Block {
     fn descriptor(&self) -> &'static Descriptor {

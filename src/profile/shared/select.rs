@@ -17,6 +17,16 @@ pub fn device_arg() -> clap::Arg {
         .help("block, bio: only this block device: a name (nvme0n1), a path (/dev/loop0) or major:minor. Repeat for several. Applied in the kernel with a tracepoint filter. Default: all")
 }
 
+/// The flags of the profiles that follow block devices (block, bio): `--device` and
+/// in-kernel sampling.
+pub fn device_args() -> Vec<clap::Arg> {
+    vec![
+        device_arg(),
+        sample::sample_arg(),
+        sample::sample_align_arg(),
+    ]
+}
+
 /// The devices `--device` names, resolved through sysfs. A partition is traced as its
 /// whole disk (request events name the disk), with a note saying so.
 pub fn devices<K: 'static>(
