@@ -146,6 +146,10 @@ struct DevSeen {
 /// Between scans for requests that lost their completion, in event time.
 const SCAN_EVERY_NS: u64 = 1_000_000;
 
+/// How long a request taken for one that lost its completion is held, in event time,
+/// for a completion that shows it was only slow.
+const SUSPECT_HOLD_NS: u64 = 2_000_000_000;
+
 pub struct BlockCorrelator {
     cfg: BlockConfig,
     pending: Inflight<Key, Pending>,
@@ -156,6 +160,10 @@ pub struct BlockCorrelator {
     missing: Unaccounted,
     /// Per device (a run traces few: a short list beats hashing on every event).
     devs: Vec<DevSeen>,
+    /// Requests taken for ones that lost their completion, oldest first, with when:
+    /// out of `pending` (no later I/O at their place pairs with them), but a completion
+    /// that still comes at their place within [`SUSPECT_HOLD_NS`] is theirs after all.
+    suspects: Vec<(Key, Pending, u64)>,
 }
 
 impl BlockCorrelator {
@@ -173,6 +181,39 @@ impl BlockCorrelator {
             counters: Counters::default(),
             missing: Unaccounted::default(),
             devs: Vec::new(),
+            suspects: Vec::new(),
+        }
+    }
+
+    /// Take `p` for the request that lost the completion counted missing: it leaves the
+    /// device (queue depth) and waits among the suspects.
+    fn suspect(&mut self, key: Key, p: Pending, t: u64) {
+        self.missing.complete -= 1;
+        self.left_device(key.0, &p);
+        self.suspects.push((key, p, t));
+    }
+
+    /// A suspect at `key` whose completion came after all: it was only slow, and the
+    /// completion missing is another's.
+    fn cleared(&mut self, key: Key) -> Option<Pending> {
+        let i = self.suspects.iter().position(|s| s.0 == key)?;
+        let (_, p, _) = self.suspects.remove(i);
+        self.missing.complete += 1;
+        if p.issue.is_some() {
+            *self.issued.entry(key.0).or_default() += 1;
+        }
+        Some(p)
+    }
+
+    /// Suspects held long enough: their completion is the one that went missing.
+    fn expire(&mut self, t: u64, out: &mut dyn FnMut(BlockRecord)) {
+        while self
+            .suspects
+            .first()
+            .is_some_and(|s| t.saturating_sub(s.2) > SUSPECT_HOLD_NS)
+        {
+            let (k, p, _) = self.suspects.remove(0);
+            self.cut_gone(k.0, &p, out);
         }
     }
 
@@ -213,9 +254,17 @@ impl BlockCorrelator {
         out(r);
     }
 
-    /// While a completion is unaccounted: every millisecond of event time, write the
-    /// requests that surely lost theirs as `dropped`.
-    fn scan(&mut self, t: u64, out: &mut dyn FnMut(BlockRecord)) {
+    /// [`cut`](Self::cut) for a suspect, which has left the device already.
+    fn cut_gone(&mut self, dev: u32, p: &Pending, out: &mut dyn FnMut(BlockRecord)) {
+        if p.issue.is_some() {
+            *self.issued.entry(dev).or_default() += 1;
+        }
+        self.cut(dev, p, out);
+    }
+
+    /// While a completion is unaccounted: every millisecond of event time, take the
+    /// requests that look as if they lost theirs (oldest first) for suspects.
+    fn scan(&mut self, t: u64) {
         if self.missing.complete == 0 || t < self.missing.next_scan {
             return;
         }
@@ -235,8 +284,7 @@ impl BlockCorrelator {
                 .pending
                 .take_where(&(dev, sector), |p| p.issue == Some(issue))
             {
-                self.missing.complete -= 1;
-                self.cut(dev, &p, out);
+                self.suspect((dev, sector), p, t);
             }
         }
         self.counters.in_flight = self.pending.len() as u64;
@@ -398,7 +446,8 @@ impl BlockCorrelator {
                 }
             }
             BlockKind::Complete => {
-                self.scan(t, out);
+                self.expire(t, out);
+                self.scan(t);
                 let mut first_issue = self.first_issued(&key, e.nr_sector);
                 // The request this would pair with lost its own completion: it is
                 // written `dropped`, and the completion goes to the next one.
@@ -410,13 +459,16 @@ impl BlockCorrelator {
                         .filter(|p| self.lost_completion(e.dev, p, t));
                     let Some(p) = lost else { break };
                     self.pending.take_where(&key, |q| q.issue == p.issue);
-                    self.missing.complete -= 1;
-                    self.cut(e.dev, &p, out);
+                    self.suspect(key, p, t);
                     first_issue = self.first_issued(&key, e.nr_sector);
                 }
                 let taken = match first_issue {
                     Some(i) => self.pending.take_where(&key, |p| p.issue == Some(i)),
                     None => None,
+                };
+                let taken = match taken {
+                    Some(x) => Some(x),
+                    None => self.cleared(key).map(|p| (p, 1)),
                 };
                 let Some((mut p, held)) = taken else {
                     self.complete_without_issue(t, e, out);
@@ -521,6 +573,9 @@ impl Correlator for BlockCorrelator {
     }
 
     fn finish(&mut self, out: &mut dyn FnMut(BlockRecord)) {
+        for (k, p, _) in std::mem::take(&mut self.suspects) {
+            self.cut_gone(k.0, &p, out);
+        }
         let mut left = Vec::new();
         self.pending.drain_all(&mut |k, p| left.push((k, p)));
         // What is still unaccounted cut that many of the requests left, those started
@@ -816,10 +871,42 @@ mod tests {
         ];
         let (r, c) = run_missing(&evs, &[(3, COMPLETE, 1, 300)]);
         assert_eq!(r.len(), 3);
-        assert_eq!(r[1].status, Status::Dropped);
-        assert_eq!((r[2].start_ns, r[2].d2c_ns), (400_000, Some(50)));
-        assert_eq!(r[2].status, Status::Ok);
+        // The request that lost its completion is held while its completion could still
+        // come, and written `dropped` when none did (here: at the end).
+        let cut: Vec<_> = r.iter().filter(|r| r.status == Status::Dropped).collect();
+        assert_eq!(cut.len(), 1);
+        assert_eq!(cut[0].start_ns, 20);
+        let next = r.iter().find(|r| r.start_ns == 400_000).unwrap();
+        assert_eq!((next.d2c_ns, next.status), (Some(50), Status::Ok));
         assert_eq!(c.cut, 1);
+    }
+
+    /// A request taken for the one that lost its completion, whose completion then
+    /// comes after all (it was only slow), is an `ok` row with its own d2c; the
+    /// completion missing is left to cut a request still in flight at the end.
+    #[test]
+    fn a_slow_request_taken_for_the_lost_one_gets_its_completion_back() {
+        use BlockKind::*;
+        let evs = [
+            ev(0, Issue, 100, 8, Op::Read),
+            ev(10, Complete, 100, 8, Op::Read),
+            ev(20, Issue, 8, 8, Op::Read),
+            ev(30, Issue, 16, 8, Op::Read),
+            // Sector 8 is past any certain pairing when this completion comes: taken.
+            ev(2_000_000, Issue, 24, 8, Op::Read),
+            ev(2_000_100, Complete, 24, 8, Op::Read),
+            // ...but its completion comes after all.
+            ev(3_000_000, Complete, 8, 8, Op::Read),
+        ];
+        // The completion missing was sector 16's.
+        let (r, c) = run_missing(&evs, &[(3, COMPLETE, 1, 300)]);
+        let at = |s: u64| r.iter().find(|r| r.sector == s).unwrap();
+        assert_eq!(
+            (at(8).status, at(8).d2c_ns),
+            (Status::Ok, Some(3_000_000 - 20))
+        );
+        assert_eq!(at(16).status, Status::Dropped);
+        assert_eq!((c.cut, c.unmatched, c.incomplete), (1, 0, 0));
     }
 
     #[test]
