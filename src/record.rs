@@ -129,57 +129,38 @@ impl Value<'_> {
     /// Append the value's text (the CSV cell, the stat label). `Time` needs a clock
     /// and renders as its raw ns here; sinks render it themselves.
     pub fn write_text(&self, out: &mut String) {
-        match self {
-            Value::Empty => {}
-            Value::U64(v) | Value::Time(v) => push_u64(out, *v),
-            Value::I64(v) => {
-                if *v < 0 {
-                    out.push('-');
-                }
-                push_u64(out, v.unsigned_abs());
-            }
-            Value::Str(s) => out.push_str(s),
-            Value::String(s) => out.push_str(s),
-            Value::Hex(v) => {
-                let _ = write!(out, "{v:#x}");
-            }
-            Value::Named(p, v) => {
-                out.push_str(p);
-                push_u64(out, *v);
-            }
-            Value::Dev(d) => {
-                push_u64(out, (*d >> 20) as u64);
-                out.push(':');
-                push_u64(out, (*d & 0xfffff) as u64);
-            }
-        }
+        self.render(out)
     }
 
     /// [`write_text`](Value::write_text) into bytes: what the CSV sink renders with, as
-    /// it needs no UTF-8 check per number. The same text (a test holds them together).
+    /// it needs no UTF-8 check per number.
     pub fn write_bytes(&self, out: &mut Vec<u8>) {
+        self.render(out)
+    }
+
+    /// The one rendering of a value, into either kind of buffer.
+    #[inline]
+    fn render<O: TextOut>(&self, out: &mut O) {
         match self {
             Value::Empty => {}
-            Value::U64(v) | Value::Time(v) => put_u64(out, *v),
+            Value::U64(v) | Value::Time(v) => out.u64(*v),
             Value::I64(v) => {
                 if *v < 0 {
-                    out.push(b'-');
+                    out.str("-");
                 }
-                put_u64(out, v.unsigned_abs());
+                out.u64(v.unsigned_abs());
             }
-            Value::Str(s) => out.extend_from_slice(s.as_bytes()),
-            Value::String(s) => out.extend_from_slice(s.as_bytes()),
-            Value::Hex(v) => {
-                let _ = std::io::Write::write_fmt(out, format_args!("{v:#x}"));
-            }
+            Value::Str(s) => out.str(s),
+            Value::String(s) => out.str(s),
+            Value::Hex(v) => out.hex(*v),
             Value::Named(p, v) => {
-                out.extend_from_slice(p.as_bytes());
-                put_u64(out, *v);
+                out.str(p);
+                out.u64(*v);
             }
             Value::Dev(d) => {
-                put_u64(out, (*d >> 20) as u64);
-                out.push(b':');
-                put_u64(out, (*d & 0xfffff) as u64);
+                out.u64((*d >> 20) as u64);
+                out.str(":");
+                out.u64((*d & 0xfffff) as u64);
             }
         }
     }
@@ -268,6 +249,42 @@ pub fn put_u64(out: &mut Vec<u8>, v: u64) {
     let mut buf = [0u8; 20];
     let i = digits(&mut buf, 20, v);
     out.extend_from_slice(&buf[i..]);
+}
+
+/// Where [`Value`]s render: text (stat labels) or bytes (the CSV sink).
+trait TextOut {
+    fn str(&mut self, s: &str);
+    fn u64(&mut self, v: u64);
+    /// `0x1f`.
+    fn hex(&mut self, v: u64);
+}
+
+impl TextOut for String {
+    #[inline]
+    fn str(&mut self, s: &str) {
+        self.push_str(s)
+    }
+    #[inline]
+    fn u64(&mut self, v: u64) {
+        push_u64(self, v)
+    }
+    fn hex(&mut self, v: u64) {
+        let _ = write!(self, "{v:#x}");
+    }
+}
+
+impl TextOut for Vec<u8> {
+    #[inline]
+    fn str(&mut self, s: &str) {
+        self.extend_from_slice(s.as_bytes())
+    }
+    #[inline]
+    fn u64(&mut self, v: u64) {
+        put_u64(self, v)
+    }
+    fn hex(&mut self, v: u64) {
+        let _ = std::io::Write::write_fmt(self, format_args!("{v:#x}"));
+    }
 }
 
 /// One column of a record type `R`.
