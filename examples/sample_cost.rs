@@ -115,7 +115,7 @@ fn main() {
         let mut order: Vec<usize> = (0..modes.len()).collect();
         rng.shuffle(&mut order);
         for m in order {
-            if let Some(g) = &groups[m] {
+            if let Some(g) = groups[m].as_mut() {
                 g.enable().unwrap();
             }
             times[m].push(batch(calls));

@@ -24,6 +24,8 @@ pub enum Filter {
     /// `!(field & bit)`: the bit is clear. One bit per test: a mask of several bits
     /// compared to 0 is what the kernel rejects.
     BitClear(&'static str, u64),
+    /// `field & bit`: the bit is set.
+    BitSet(&'static str, u64),
     All(Vec<Filter>),
     Any(Vec<Filter>),
 }
@@ -87,6 +89,38 @@ impl Filter {
     pub fn render(&self) -> String {
         self.to_string()
     }
+
+    /// Whether this filter tests bits of `field` (`!(field & bit)`).
+    pub fn tests(&self, field: &str) -> bool {
+        match self {
+            Filter::BitClear(f, _) | Filter::BitSet(f, _) => *f == field,
+            Filter::Cmp(..) => false,
+            Filter::All(p) | Filter::Any(p) => p.iter().any(|p| p.tests(field)),
+        }
+    }
+
+    /// This filter with its sample test on `field` (the one `!(field & bit)` of a plan
+    /// made at 1 in 2) replaced by: every bit of `clear` clear and, when `set` is not
+    /// 0, that bit set. How `--max-rate` cuts the sample into disjoint parts. `None`
+    /// when what is left keeps everything.
+    pub fn remask(&self, field: &str, clear: u64, set: u64) -> Option<Filter> {
+        match self {
+            Filter::BitClear(f, _) if *f == field => Filter::all(
+                Filter::bits_clear(f, clear)
+                    .into_iter()
+                    .chain((set != 0).then_some(Filter::BitSet(f, set))),
+            ),
+            Filter::Cmp(..) | Filter::BitClear(..) | Filter::BitSet(..) => Some(self.clone()),
+            Filter::All(parts) => {
+                Filter::all(parts.iter().filter_map(|p| p.remask(field, clear, set)))
+            }
+            Filter::Any(parts) => {
+                let kept: Option<Vec<Filter>> =
+                    parts.iter().map(|p| p.remask(field, clear, set)).collect();
+                Some(Filter::Any(kept?))
+            }
+        }
+    }
 }
 
 impl fmt::Display for Filter {
@@ -95,6 +129,7 @@ impl fmt::Display for Filter {
             Filter::Cmp(field, Cmp::Eq, v) => write!(f, "{field} == {v}"),
             Filter::Cmp(field, Cmp::Ne, v) => write!(f, "{field} != {v}"),
             Filter::BitClear(field, bit) => write!(f, "!({field} & {bit})"),
+            Filter::BitSet(field, bit) => write!(f, "{field} & {bit}"),
             Filter::All(parts) => join(f, parts, " && ", true),
             Filter::Any(parts) => join(f, parts, " || ", false),
         }
@@ -121,6 +156,33 @@ fn join(f: &mut fmt::Formatter<'_>, parts: &[Filter], sep: &str, and: bool) -> f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remask_replaces_the_sample_bit_wherever_it_sits() {
+        let plan = Filter::Any(vec![
+            Filter::all([Filter::eq("old_dev", 7), Filter::BitClear("old_sector", 8)]).unwrap(),
+            Filter::eq("old_dev", 9),
+        ]);
+        assert!(plan.tests("old_sector") && !plan.tests("sector"));
+        let part = plan.remask("old_sector", 0b1000, 0b10000).unwrap();
+        assert_eq!(
+            part.render(),
+            "(old_dev == 7 && !(old_sector & 8) && old_sector & 16) || old_dev == 9"
+        );
+        // All I/Os: the test is gone, the device selection stays.
+        assert_eq!(
+            plan.remask("old_sector", 0, 0).unwrap().render(),
+            "old_dev == 7 || old_dev == 9"
+        );
+        // Other fields' bits are not the sample's.
+        let other =
+            Filter::all([Filter::BitClear("flags", 1), Filter::BitClear("cid", 4096)]).unwrap();
+        assert_eq!(other.remask("cid", 0, 0).unwrap().render(), "!(flags & 1)");
+        // The sample test alone: nothing left means everything passes.
+        assert_eq!(Filter::BitClear("cid", 4096).remask("cid", 0, 0), None);
+        let any = Filter::Any(vec![Filter::BitClear("cid", 4096), Filter::eq("qid", 0)]);
+        assert_eq!(any.remask("cid", 0, 0), None);
+    }
 
     #[test]
     fn comparisons_and_device_lists() {

@@ -21,6 +21,7 @@ pub mod perf;
 pub mod pipeline;
 pub mod plot;
 pub mod profile;
+pub mod rate;
 pub mod record;
 pub mod sink;
 pub mod synth;

@@ -10,6 +10,7 @@ use crate::decode::{Decoder, Event};
 use crate::order::Sorter;
 use crate::perf::ledger::Ledger;
 use crate::perf::{PerfGroup, Record};
+use crate::rate::RateControl;
 use crate::record::IoRecord;
 use crate::sink::{Health, SinkError};
 use std::time::{Duration, Instant};
@@ -30,6 +31,32 @@ pub struct Pipeline<C: Correlator> {
     /// `unmatched` when the first missing sample was reported: completions unmatched
     /// since may have lost their start.
     unmatched_before: Option<u64>,
+    /// The sampling rate by the start time of an I/O (see [`Rates`]).
+    rates: Rates,
+    rows: u64,
+}
+
+/// 1 in N by time: from each entry's time on, I/Os that start are sampled 1 in its N.
+/// A record's weight (how many I/Os it stands for) is the rate at its start.
+#[derive(Debug, Clone)]
+struct Rates(Vec<(u64, u32)>);
+
+impl Rates {
+    /// Changes kept: a record older than the oldest change kept gets its rate.
+    const KEPT: usize = 64;
+
+    fn at(&self, t: u64) -> u32 {
+        let i = self.0.partition_point(|&(from, _)| from <= t);
+        self.0[i.saturating_sub(1)].1
+    }
+
+    fn set(&mut self, from: u64, n: u32) {
+        self.0.retain(|&(f, _)| f < from);
+        self.0.push((from, n));
+        if self.0.len() > Self::KEPT {
+            self.0.remove(0);
+        }
+    }
 }
 
 impl<C: Correlator> Pipeline<C> {
@@ -43,7 +70,14 @@ impl<C: Correlator> Pipeline<C> {
             unclaimed: 0,
             relabeled: 0,
             unmatched_before: None,
+            rates: Rates(vec![(0, 1)]),
+            rows: 0,
         }
+    }
+
+    /// I/Os starting at `from` or later are sampled 1 in `n`.
+    pub fn rate_from(&mut self, from: u64, n: u32) {
+        self.rates.set(from, n);
     }
 
     /// Samples the kernel counted never arrived.
@@ -86,25 +120,35 @@ impl<C: Correlator> Pipeline<C> {
     /// End of a drain round: correlate what the sorter released (everything older than
     /// the start of the previous round, see `order`).
     pub fn end_round(&mut self, out: &mut dyn FnMut(C::Record)) {
-        let corr = &mut self.corr;
-        let mut relabel = Relabel {
-            unclaimed: &mut self.unclaimed,
-            relabeled: &mut self.relabeled,
-        };
-        let out = &mut |r: C::Record| out(relabel.apply(r));
-        self.sorter.end_round(|_, ev| corr.on_event(&ev, out));
+        self.release(false, &mut |r, _| out(r));
     }
 
     /// End of the run: release and correlate everything, give up what is in flight.
     pub fn finish(&mut self, out: &mut dyn FnMut(C::Record)) {
+        self.release(true, &mut |r, _| out(r));
+    }
+
+    /// Correlate what the sorter releases (everything at the end) and hand out each
+    /// record with the sampling rate it was traced at.
+    fn release(&mut self, end: bool, out: &mut dyn FnMut(C::Record, u32)) {
         let corr = &mut self.corr;
         let mut relabel = Relabel {
             unclaimed: &mut self.unclaimed,
             relabeled: &mut self.relabeled,
         };
-        let out = &mut |r: C::Record| out(relabel.apply(r));
-        self.sorter.flush(|_, ev| corr.on_event(&ev, out));
-        self.corr.finish(out);
+        let rates = &self.rates;
+        let rows = &mut self.rows;
+        let out = &mut |r: C::Record| {
+            *rows += 1;
+            let n = rates.at(r.start_ns());
+            out(relabel.apply(r), n)
+        };
+        if end {
+            self.sorter.flush(|_, ev| corr.on_event(&ev, out));
+            corr.finish(out);
+        } else {
+            self.sorter.end_round(|_, ev| corr.on_event(&ev, out));
+        }
     }
 
     pub fn correlator(&self) -> &C {
@@ -156,13 +200,20 @@ pub trait Stages {
     fn begin_round(&mut self, now: u64);
     /// Records that could not be parsed out of a ring (counted with the bad records).
     fn bad_records(&mut self, n: u64);
-    fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
-    fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord));
+    /// Records come out with the sampling rate they were traced at (1 in N).
+    fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord, u32));
+    fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord, u32));
     fn health(&self) -> Health;
     /// Samples the kernel counted never arrived.
     fn on_missing(&mut self, gap: &Gap<'_>);
     /// Hold back events from `t` on until the kernel's counts up to them are known.
     fn hold_until(&mut self, t: Option<u64>);
+    /// Records handed out so far.
+    fn rows(&self) -> u64;
+    /// I/Os starting at `from` or later are sampled 1 in `n`.
+    fn rate_from(&mut self, from: u64, n: u32);
+    /// The correlator's gate for rate changes; `None` when it takes none.
+    fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate>;
 }
 
 impl<C: Correlator> Stages for Pipeline<C> {
@@ -176,11 +227,11 @@ impl<C: Correlator> Stages for Pipeline<C> {
     fn bad_records(&mut self, n: u64) {
         self.bad_records += n;
     }
-    fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord)) {
-        Pipeline::end_round(self, &mut |r| out(&r))
+    fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord, u32)) {
+        self.release(false, &mut |r, n| out(&r, n))
     }
-    fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord)) {
-        Pipeline::finish(self, &mut |r| out(&r))
+    fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord, u32)) {
+        self.release(true, &mut |r, n| out(&r, n))
     }
     fn health(&self) -> Health {
         Pipeline::health(self)
@@ -190,6 +241,15 @@ impl<C: Correlator> Stages for Pipeline<C> {
     }
     fn hold_until(&mut self, t: Option<u64>) {
         Pipeline::hold_until(self, t)
+    }
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+    fn rate_from(&mut self, from: u64, n: u32) {
+        Pipeline::rate_from(self, from, n)
+    }
+    fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate> {
+        self.corr.gate()
     }
 }
 
@@ -214,7 +274,8 @@ pub enum RunError {
 
 /// Where a live run's records go, and what it is told at every interval.
 pub trait RecordSink {
-    fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError>;
+    /// One I/O's record, traced at 1 in `sample` (it stands for that many I/Os).
+    fn record(&mut self, r: &dyn IoRecord, sample: u32) -> Result<(), SinkError>;
     /// Called every `LiveOptions::tick`.
     fn tick(&mut self, _health: &Health) -> Result<(), SinkError> {
         Ok(())
@@ -229,6 +290,8 @@ pub struct LiveOptions {
     /// Call `RecordSink::tick` this often (stat intervals).
     pub tick: Option<Duration>,
     pub deadline: Option<Instant>,
+    /// 1 in N I/Os traced (fixed `--sample`; `--max-rate` runs pass a controller).
+    pub sample: u32,
 }
 
 /// How long after a count snapshot every sample stamped before it has surely been
@@ -242,6 +305,7 @@ const FINAL_WAIT: Duration = Duration::from_millis(500);
 /// at the start of a round, settled after a drain that began [`SETTLE`] later, and
 /// the [`Ledger`] that turns the tallies into missing samples.
 struct Counting {
+    sample: u32,
     ledger: Ledger,
     names: Vec<String>,
     pending: Option<Instant>,
@@ -250,9 +314,10 @@ struct Counting {
 }
 
 impl Counting {
-    fn new(group: &PerfGroup) -> Counting {
+    fn new(group: &PerfGroup, sample: u32) -> Counting {
         let fds = group.ring_count() * group.event_count();
         Counting {
+            sample,
             ledger: Ledger::new(),
             names: group.type_names().to_vec(),
             pending: None,
@@ -347,6 +412,7 @@ impl Counting {
         h.throttled = kinds.throttled;
         h.unthrottled = kinds.unthrottled;
         h.other_records = kinds.other;
+        h.sample = self.sample;
         h
     }
 }
@@ -360,22 +426,41 @@ pub fn run_live(
     opts: &LiveOptions,
     should_stop: &mut dyn FnMut() -> Result<Option<StopReason>, RunError>,
     sink: &mut dyn RecordSink,
+    mut rate: Option<&mut RateControl>,
 ) -> Result<(StopReason, Health), RunError> {
-    let mut counting = Counting::new(group);
+    let mut counting = Counting::new(group, opts.sample);
     // Nothing reaches the correlator before the first counts are confirmed.
     pipe.hold_until(Some(0));
-    let result = run_rounds(group, pipe, opts, should_stop, sink, &mut counting);
+    let result = run_rounds(
+        group,
+        pipe,
+        opts,
+        should_stop,
+        sink,
+        &mut counting,
+        &mut rate,
+    );
     // Whatever ended the run, the events stop before anything else is reported.
     let disabled = group.disable();
     let reason = result?;
     disabled?;
     counting.finish(group, pipe, sink)?;
     let mut first_err = None;
-    pipe.finish(&mut |r| deliver(sink, r, &mut first_err));
+    pipe.finish(&mut |r, n| deliver(sink, r, n, &mut first_err));
     if let Some(e) = first_err {
         return Err(e.into());
     }
-    Ok((reason, counting.health(group, pipe)))
+    let mut h = counting.health(group, pipe);
+    sampled(&mut h, rate.as_deref());
+    Ok((reason, h))
+}
+
+/// The rate in effect and its changes, when a controller sets them.
+fn sampled(h: &mut Health, rate: Option<&RateControl>) {
+    if let Some(r) = rate {
+        h.sample = r.sample();
+        h.rate_changes = r.changes();
+    }
 }
 
 fn run_rounds(
@@ -385,6 +470,7 @@ fn run_rounds(
     should_stop: &mut dyn FnMut() -> Result<Option<StopReason>, RunError>,
     sink: &mut dyn RecordSink,
     counting: &mut Counting,
+    rate: &mut Option<&mut RateControl>,
 ) -> Result<StopReason, RunError> {
     let mut next_tick = opts.tick.map(|t| Instant::now() + t);
     loop {
@@ -405,9 +491,14 @@ fn run_rounds(
         if settles {
             counting.after_drain(group, pipe);
         }
+        if let Some(r) = rate.as_deref_mut() {
+            r.step(group, pipe)?;
+        }
         if let (Some(t), Some(next)) = (opts.tick, next_tick) {
             if Instant::now() >= next {
-                sink.tick(&counting.health(group, pipe))?;
+                let mut h = counting.health(group, pipe);
+                sampled(&mut h, rate.as_deref());
+                sink.tick(&h)?;
                 next_tick = Some(next + t);
             }
         }
@@ -416,9 +507,14 @@ fn run_rounds(
 
 /// Hand one record to the sink, keeping only the first error (later records of the
 /// same round are dropped: the run is stopping anyway).
-fn deliver(sink: &mut dyn RecordSink, r: &dyn IoRecord, first_err: &mut Option<SinkError>) {
+fn deliver(
+    sink: &mut dyn RecordSink,
+    r: &dyn IoRecord,
+    sample: u32,
+    first_err: &mut Option<SinkError>,
+) {
     if first_err.is_none() {
-        if let Err(e) = sink.record(r) {
+        if let Err(e) = sink.record(r, sample) {
             *first_err = Some(e);
         }
     }
@@ -445,7 +541,7 @@ fn drain_round(
         pipe.bad_records(stats.malformed + u64::from(stats.ring_error.is_some()));
     }
     let mut first_err = None;
-    pipe.end_round(&mut |r| deliver(sink, r, &mut first_err));
+    pipe.end_round(&mut |r, n| deliver(sink, r, n, &mut first_err));
     first_err.map_or(Ok(()), |e| Err(e.into()))
 }
 

@@ -720,6 +720,9 @@ pub struct Counters {
     pub ambiguous: u64,
     /// Queued requests the scheduler merged into another request (no row of their own).
     pub merged: u64,
+    /// Events of I/Os a change of the sampling rate (`--max-rate`) left out of the
+    /// sample: parts of I/Os whose other events the kernel filter had already dropped.
+    pub resampled: u64,
 }
 
 /// Size classes as nvme_bpf and the original ntprof group them.

@@ -132,6 +132,15 @@ pub struct Selection {
     #[arg(long, value_name = "PRIO", num_args = 0..=1, default_missing_value = "10",
           value_parser = clap::value_parser!(u8).range(1..=99))]
     pub realtime: Option<u8>,
+    /// Trace at most about this many I/Os per second: ntprof-perf measures the rate
+    /// every second and picks the sampling itself (1 in N, a power of two up to 256,
+    /// as --sample; --sample then sets where it starts). It changes the kernel filters
+    /// of the running trace, keeping every row one whole I/O; it raises N at once when
+    /// over the budget and halves it after 3 s with room for twice as many. Counts are
+    /// then estimates: stat scales them and states the error; the exit line, every stat
+    /// table and JSON line, and the Parquet metadata say the rate in effect.
+    #[arg(long, value_name = "IOPS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_rate: Option<u64>,
     /// tracefs mount to use (default: /sys/kernel/tracing, then /sys/kernel/debug/tracing).
     #[arg(long, value_name = "DIR")]
     pub tracefs: Option<PathBuf>,

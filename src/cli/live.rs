@@ -34,6 +34,9 @@ struct Ready {
     realtime: Option<u8>,
     duration: Option<Duration>,
     command: Vec<String>,
+    max_rate: Option<u64>,
+    /// The rate the run starts at (`--sample`, 1 by default).
+    start_sample: u32,
 }
 
 fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
@@ -67,7 +70,17 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         args: flags,
         sys: SysBlock::default(),
     };
-    let plan = p.plan(&ctx)?;
+    let mut plan = p.plan(&ctx)?;
+    let start_sample = profile::sample::start_rate(&ctx)?;
+    if sel.max_rate.is_some() {
+        if plan.resample.is_none() || plan.stages.gate().is_none() {
+            bail!(
+                "--max-rate: the {} profile cannot change its sampling while running; give a fixed --sample",
+                p.name()
+            );
+        }
+        plan.sample = start_sample;
+    }
     for n in &plan.notes {
         eprintln!("ntprof-perf: {n}");
     }
@@ -79,6 +92,8 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         realtime: sel.realtime,
         duration,
         command: sel.command.clone(),
+        max_rate: sel.max_rate,
+        start_sample,
     })
 }
 
@@ -193,16 +208,40 @@ pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
 /// Open the plan's events, run until a stop condition, report.
 /// `to` names where rows go, for the exit line.
 fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
-    let specs: Vec<EventSpec> = r
+    // A --max-rate run opens each sampled event once per part of its sample.
+    let parts = r
         .plan
-        .events
-        .iter()
-        .map(|e| EventSpec {
-            name: e.name.clone(),
-            tracefs_id: e.id,
-            filter: e.filter.as_ref().map(|f| f.render()),
-        })
-        .collect();
+        .resample
+        .as_ref()
+        .filter(|_| r.max_rate.is_some())
+        .map(|s| s.parts());
+    let (specs, levels): (Vec<EventSpec>, Vec<Option<u32>>) = match &parts {
+        Some(parts) => parts
+            .iter()
+            .map(|p| {
+                let e = &r.plan.events[p.event];
+                let spec = EventSpec {
+                    name: e.name.clone(),
+                    tracefs_id: e.id,
+                    filter: p.filter.as_ref().map(|f| f.render()),
+                };
+                (spec, p.level)
+            })
+            .unzip(),
+        None => r
+            .plan
+            .events
+            .iter()
+            .map(|e| {
+                let spec = EventSpec {
+                    name: e.name.clone(),
+                    tracefs_id: e.id,
+                    filter: e.filter.as_ref().map(|f| f.render()),
+                };
+                (spec, None)
+            })
+            .unzip(),
+    };
     let mut cfg = GroupConfig::new(specs, r.cpus.clone());
     cfg.mmap_pages = r.mmap_pages;
     let mut group = PerfGroup::open(&cfg)?;
@@ -225,6 +264,18 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         })?;
     }
     let pipe = r.plan.stages.as_mut();
+    let mut rate = match (r.max_rate, r.plan.resample.take()) {
+        (Some(max), Some(resample)) => Some(ntprof_perf::rate::RateControl::start(
+            max,
+            resample,
+            levels,
+            r.start_sample,
+            &mut group,
+            pipe,
+        )?),
+        _ => None,
+    };
+    pipe.rate_from(0, r.plan.sample);
     group.enable()?;
     let started = Instant::now();
     let mut child: Option<Child> = match r.command.split_first() {
@@ -253,11 +304,26 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             Output::Rows(_) => Some(Duration::from_secs(1)),
         },
         deadline: r.duration.map(|d| started + d),
+        sample: r.plan.sample,
     };
     let t0 = Instant::now();
     let result = match &mut out {
-        Output::Rows(sink) => run_live(&mut group, pipe, &opts, &mut should_stop, sink),
-        Output::Stat(sink, _) => run_live(&mut group, pipe, &opts, &mut should_stop, sink.as_mut()),
+        Output::Rows(sink) => run_live(
+            &mut group,
+            pipe,
+            &opts,
+            &mut should_stop,
+            sink,
+            rate.as_mut(),
+        ),
+        Output::Stat(sink, _) => run_live(
+            &mut group,
+            pipe,
+            &opts,
+            &mut should_stop,
+            sink.as_mut(),
+            rate.as_mut(),
+        ),
     };
     // The output is finished before the command is waited for (below), so a command
     // that ignores SIGTERM cannot hold back a single row.

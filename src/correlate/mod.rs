@@ -8,6 +8,7 @@
 //! It does no I/O of its own.
 
 pub mod biojoin;
+pub mod gate;
 pub mod inflight;
 
 pub use crate::record::{size_class, Counters, IoRecord, Status};
@@ -37,6 +38,11 @@ pub trait Correlator {
         false
     }
     fn counters(&self) -> Counters;
+    /// The gate a rate change works through (`--max-rate`); `None` when this
+    /// correlator cannot take a change of rate while running.
+    fn gate(&mut self) -> Option<&mut gate::Gate> {
+        None
+    }
 }
 
 /// `n` samples of `event` (`system:name`) that the kernel counted and never wrote (or

@@ -163,6 +163,9 @@ impl Tally {
 /// the events.
 #[derive(Debug)]
 pub struct PerfGroup {
+    /// Per event: whether `enable` turns it on (see [`PerfGroup::set_active`]).
+    active: Vec<bool>,
+    enabled: bool,
     names: Vec<String>,
     rings: Vec<CpuRing>,
     /// (perf id, event index), sorted by id, for a binary search per sample.
@@ -314,6 +317,8 @@ impl PerfGroup {
         }
         ids.sort_unstable();
         Ok(PerfGroup {
+            active: vec![true; cfg.events.len()],
+            enabled: false,
             names: cfg.events.iter().map(|e| e.name.clone()).collect(),
             rings,
             ids,
@@ -440,24 +445,67 @@ impl PerfGroup {
         Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
     }
 
+    /// Turn event `index` (as given to [`PerfGroup::open`]) on or off on every CPU.
+    /// Before [`PerfGroup::enable`], only marks it: `enable` leaves it off.
+    pub fn set_active(&mut self, index: usize, on: bool) -> Result<(), PerfError> {
+        let Some(a) = self.active.get_mut(index) else {
+            return Ok(());
+        };
+        if *a == on {
+            return Ok(());
+        }
+        *a = on;
+        if !self.enabled {
+            return Ok(());
+        }
+        let (op, call): (
+            &'static str,
+            fn(std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
+        ) = if on {
+            ("PERF_EVENT_IOC_ENABLE", sys::enable)
+        } else {
+            ("PERF_EVENT_IOC_DISABLE", sys::disable)
+        };
+        for r in &self.rings {
+            if let Some(fd) = r.fds.get(index) {
+                call(fd.as_fd()).map_err(|source| PerfError::Ioctl {
+                    op,
+                    event: self.names.get(index).cloned().unwrap_or_default(),
+                    cpu: r.cpu,
+                    source,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Starts recording on every event and CPU.
-    pub fn enable(&self) -> Result<(), PerfError> {
-        self.for_each_fd("PERF_EVENT_IOC_ENABLE", sys::enable)
+    pub fn enable(&mut self) -> Result<(), PerfError> {
+        self.enabled = true;
+        let active = self.active.clone();
+        self.for_each_fd("PERF_EVENT_IOC_ENABLE", |i, fd| {
+            if active.get(i).copied().unwrap_or(true) {
+                sys::enable(fd)
+            } else {
+                Ok(())
+            }
+        })
     }
 
     /// Stops recording; what is already in the rings can still be drained.
-    pub fn disable(&self) -> Result<(), PerfError> {
-        self.for_each_fd("PERF_EVENT_IOC_DISABLE", sys::disable)
+    pub fn disable(&mut self) -> Result<(), PerfError> {
+        self.enabled = false;
+        self.for_each_fd("PERF_EVENT_IOC_DISABLE", |_, fd| sys::disable(fd))
     }
 
     fn for_each_fd(
         &self,
         op: &'static str,
-        call: impl Fn(std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
+        call: impl Fn(usize, std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
     ) -> Result<(), PerfError> {
         for r in &self.rings {
             for (index, fd) in r.fds.iter().enumerate() {
-                call(fd.as_fd()).map_err(|source| PerfError::Ioctl {
+                call(index, fd.as_fd()).map_err(|source| PerfError::Ioctl {
                     op,
                     event: self.names.get(index).cloned().unwrap_or_default(),
                     cpu: r.cpu,

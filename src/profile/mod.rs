@@ -365,8 +365,94 @@ pub struct Plan {
     pub stages: Box<dyn Stages>,
     /// Things the user should know about this run (printed before tracing).
     pub notes: Vec<String>,
-    /// 1 in N I/Os traced (in-kernel sampling); 1 = all.
+    /// 1 in N I/Os traced (in-kernel sampling); 1 = all. With `--max-rate`, the rate
+    /// the run starts at.
     pub sample: u32,
+    /// With `--max-rate`: how to change the rate while running.
+    pub resample: Option<Resample>,
+}
+
+/// How a plan's events are opened to change the sampling rate while running
+/// (`--max-rate`).
+///
+/// The kernel takes one filter per perf event and refuses to replace it (`EEXIST` from
+/// `ftrace_profile_set_filter`), so the rate cannot change by a new filter. Instead
+/// each sampled event is opened once per part of the sample, the parts disjoint:
+/// part k holds the I/Os whose sample bits below level k are clear and whose bit k is
+/// set; the last part, those whose bits are all clear. 1 in 2^k is then parts k and
+/// up, enabled, the others disabled (`PERF_EVENT_IOC_ENABLE`/`DISABLE`); no I/O is
+/// ever in two enabled parts, so no event comes twice. The plan is made at 1 in 2, so
+/// each sampled filter holds one `!(field & bit)` test, which [`Filter::remask`]
+/// replaces by a part's test.
+pub struct Resample {
+    fields: &'static [&'static str],
+    mask: MaskFn,
+    planned: Vec<Option<Filter>>,
+}
+
+/// The sample bits that must be clear to keep 1 in N.
+type MaskFn = Box<dyn Fn(u32) -> u64 + Send>;
+
+/// One perf event of a `--max-rate` run: plan event `event`, whole (`level` `None`:
+/// it is not sampled) or part `level` of its sample.
+pub struct Part {
+    pub event: usize,
+    pub level: Option<u32>,
+    pub filter: Option<Filter>,
+}
+
+impl Resample {
+    /// Parts per sampled event: levels 0 to log2([`sample::MAX_SAMPLE`]).
+    pub const LEVELS: u32 = sample::MAX_SAMPLE.trailing_zeros() + 1;
+
+    /// The sample bits that must be clear at 1 in `n`.
+    pub fn mask(&self, n: u32) -> u64 {
+        (self.mask)(n)
+    }
+
+    /// Every perf event to open, in plan order, each sampled event's parts together.
+    pub fn parts(&self) -> Vec<Part> {
+        let mut out = Vec::new();
+        for (event, f) in self.planned.iter().enumerate() {
+            let sampled: Vec<&str> = self
+                .fields
+                .iter()
+                .copied()
+                .filter(|field| f.as_ref().is_some_and(|f| f.tests(field)))
+                .collect();
+            if sampled.is_empty() {
+                out.push(Part {
+                    event,
+                    level: None,
+                    filter: f.clone(),
+                });
+                continue;
+            }
+            for level in 0..Self::LEVELS {
+                let clear = self.mask(1 << level);
+                let set = if level + 1 < Self::LEVELS {
+                    self.mask(2 << level) & !clear
+                } else {
+                    0
+                };
+                let mut filter = f.clone();
+                for field in &sampled {
+                    filter = filter.and_then(|f| f.remask(field, clear, set));
+                }
+                out.push(Part {
+                    event,
+                    level: Some(level),
+                    filter,
+                });
+            }
+        }
+        out
+    }
+
+    /// Whether part `level` is enabled at 1 in `n`.
+    pub fn traced(level: u32, n: u32) -> bool {
+        level >= n.trailing_zeros()
+    }
 }
 
 /// Collects the events a plan opens, binding each one's layout as it goes.
@@ -376,6 +462,7 @@ pub struct PlanBuilder<'t, K> {
     events: Vec<OpenEvent>,
     notes: Vec<String>,
     sample: u32,
+    sampler: Option<(&'static [&'static str], MaskFn)>,
 }
 
 impl<'t, K: 'static> PlanBuilder<'t, K> {
@@ -386,6 +473,7 @@ impl<'t, K: 'static> PlanBuilder<'t, K> {
             events: Vec::new(),
             notes: Vec::new(),
             sample: 1,
+            sampler: None,
         }
     }
 
@@ -414,12 +502,28 @@ impl<'t, K: 'static> PlanBuilder<'t, K> {
         self.sample = n;
     }
 
+    /// With `--max-rate`: the filters test the sample bits of `fields`, and `mask`
+    /// gives those bits for a rate (see [`Resample`]).
+    pub fn sampler(
+        &mut self,
+        fields: &'static [&'static str],
+        mask: impl Fn(u32) -> u64 + Send + 'static,
+    ) {
+        self.sampler = Some((fields, Box::new(mask)));
+    }
+
     pub fn build<C: Correlator<Event = K> + 'static>(self, corr: C) -> Plan {
+        let resample = self.sampler.map(|(fields, mask)| Resample {
+            fields,
+            mask,
+            planned: self.events.iter().map(|e| e.filter.clone()).collect(),
+        });
         Plan {
             events: self.events,
             stages: Box::new(Pipeline::new(self.decoder, corr)),
             notes: self.notes,
             sample: self.sample,
+            resample,
         }
     }
 

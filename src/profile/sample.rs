@@ -47,10 +47,23 @@ pub fn sample_align_arg() -> clap::Arg {
         .help("block, bio with --sample: the smallest I/O size (and alignment) of the workload, a power of two; sampling tests the sector bits from this size up (default: 4096, or the device's logical block size when larger). Too small and large aligned I/Os are always kept; too large and small I/Os near each other are kept or dropped together")
 }
 
-/// N of `--sample N` (1 when not given), checked: a power of two from 1 to
-/// [`MAX_SAMPLE`].
+/// The rate a profile plans its filters at: N of `--sample N` (1 when not given),
+/// checked: a power of two from 1 to [`MAX_SAMPLE`]. With `--max-rate` it is 2, so
+/// that every sampled filter holds the test [`crate::profile::Resample`] changes; the
+/// run starts at [`start_rate`].
 pub fn rate(ctx: &PlanCtx<'_>) -> Result<u32, PlanError> {
+    let n = start_rate(ctx)?;
+    Ok(if dynamic(ctx) { 2 } else { n })
+}
+
+/// `--sample N`, checked (1 when not given).
+pub fn start_rate(ctx: &PlanCtx<'_>) -> Result<u32, PlanError> {
     check_rate(ctx.flag::<u32>("sample").unwrap_or(1))
+}
+
+/// Whether the run picks its rate itself (`--max-rate`).
+pub fn dynamic(ctx: &PlanCtx<'_>) -> bool {
+    ctx.flag::<u64>("max_rate").is_some()
 }
 
 /// The one check of a `--sample` value.
@@ -105,6 +118,22 @@ pub fn cid_mask(n: u32) -> u16 {
     let generation = ((1u16 << gen_bits) - 1) << 12;
     let tag = (1u16 << tag_bits) - 1;
     generation | tag
+}
+
+/// The flag that sets the sampling, for notes: `--max-rate`, or `--sample N`.
+pub fn flag_name(ctx: &PlanCtx<'_>, n: u32) -> String {
+    if dynamic(ctx) {
+        "--max-rate".into()
+    } else {
+        format!("--sample {n}")
+    }
+}
+
+/// With `--max-rate`, tell the plan its filters test the command id's sample bits.
+pub fn cid_sampler<K: 'static>(ctx: &PlanCtx<'_>, b: &mut crate::profile::PlanBuilder<'_, K>) {
+    if dynamic(ctx) {
+        b.sampler(&["cid"], |n| cid_mask(n).into());
+    }
 }
 
 /// `!(field & b) && …` for the bits of `mask`; `None` when nothing is sampled away.

@@ -212,7 +212,7 @@ pub fn open_reader(path: &Path) -> Result<csv::Reader<File>, SinkError> {
 }
 
 impl super::recorder::RowWriter for CsvSink {
-    fn write(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
+    fn write(&mut self, r: &dyn IoRecord, _sample: u32) -> Result<(), SinkError> {
         CsvSink::record(self, r)
     }
 

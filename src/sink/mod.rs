@@ -114,6 +114,11 @@ pub struct Health {
     pub bad_records: u64,
     /// Events that arrived after newer ones had been released (see `order`).
     pub late: u64,
+    /// 1 in N I/Os traced now (in-kernel sampling; `--max-rate` changes it while
+    /// running); 0 when not known (a file).
+    pub sample: u32,
+    /// Times `--max-rate` changed the sampling rate.
+    pub rate_changes: u64,
 }
 
 impl Health {
@@ -181,6 +186,15 @@ impl Health {
         }
         if self.late > 0 {
             s.push_str(&format!("  late {}", self.late));
+        }
+        if self.sample > 1 {
+            s.push_str(&format!("  sampled 1 in {}", self.sample));
+        }
+        if self.rate_changes > 0 {
+            s.push_str(&format!("  rate-changes {}", self.rate_changes));
+        }
+        if c.resampled > 0 {
+            s.push_str(&format!("  resampled {}", c.resampled));
         }
         s
     }

@@ -45,6 +45,8 @@ use std::time::{Duration, Instant};
 /// The key-value metadata key of the run's counters (`Health` as JSON: samples, lost,
 /// dropped per CPU, unmatched…), as of the last row group or the end of the run.
 pub const HEALTH_KEY: &str = "ntprof.health";
+/// Per row group, the sampling rates (1 in N) of its rows: a JSON array of arrays.
+pub const SAMPLE_KEY: &str = "ntprof.sample.row_groups";
 
 /// Rows per Arrow batch handed to the Parquet writer.
 const BATCH: usize = 4096;
@@ -304,6 +306,11 @@ pub struct ParquetSink {
     props: WriterProperties,
     /// `ntprof.health`: the run's counters (JSON) as of the last row group.
     health: Option<String>,
+    /// The sampling rates of the rows since the last commit, run-length encoded.
+    rates: Vec<(u32, usize)>,
+    /// Per row group written: the sampling rates of its rows (one, unless `--max-rate`
+    /// changed it within the group), kept as `ntprof.sample.row_groups`.
+    group_rates: Vec<Vec<u32>>,
 }
 
 impl ParquetSink {
@@ -355,6 +362,8 @@ impl ParquetSink {
             descr,
             props,
             health: None,
+            rates: Vec::new(),
+            group_rates: Vec::new(),
         };
         // An empty but readable file from the start (no row group yet).
         s.commit()?;
@@ -414,12 +423,41 @@ impl ParquetSink {
         if let Some(h) = &self.health {
             kv.push(KeyValue::new(HEALTH_KEY.to_string(), h.clone()));
         }
+        if let Ok(g) = serde_json::to_string(&self.group_rates) {
+            kv.push(KeyValue::new(SAMPLE_KEY.to_string(), g));
+        }
         kv
+    }
+
+    /// The rows since the last commit went into row groups of at most
+    /// [`ROW_GROUP_ROWS`] (the writer closes a full one by itself): note each one's
+    /// sampling rates.
+    fn close_group_rates(&mut self) {
+        let mut group: Vec<u32> = Vec::new();
+        let mut left = ROW_GROUP_ROWS;
+        for (n, mut count) in std::mem::take(&mut self.rates) {
+            while count > 0 {
+                if !group.contains(&n) {
+                    group.push(n);
+                }
+                let take = count.min(left);
+                count -= take;
+                left -= take;
+                if left == 0 {
+                    self.group_rates.push(std::mem::take(&mut group));
+                    left = ROW_GROUP_ROWS;
+                }
+            }
+        }
+        if !group.is_empty() {
+            self.group_rates.push(group);
+        }
     }
 
     /// Close the row group in progress and make the file readable up to it.
     fn commit(&mut self) -> Result<(), SinkError> {
         self.write_batch()?;
+        self.close_group_rates();
         self.writer.flush().map_err(|e| self.perr(e))?;
         self.writer
             .sync()
@@ -441,7 +479,11 @@ impl ParquetSink {
 }
 
 impl RowWriter for ParquetSink {
-    fn write(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
+    fn write(&mut self, r: &dyn IoRecord, sample: u32) -> Result<(), SinkError> {
+        match self.rates.last_mut() {
+            Some((n, count)) if *n == sample => *count += 1,
+            _ => self.rates.push((sample, 1)),
+        }
         for (i, b) in self.builders.iter_mut().enumerate() {
             if let Err(e) = b.push(r.value(i), &self.clock) {
                 return Err(SinkError::Parquet {
@@ -471,9 +513,14 @@ impl RowWriter for ParquetSink {
 
     fn finish(&mut self) -> Result<(), SinkError> {
         self.write_batch()?;
+        self.close_group_rates();
         if let Some(h) = &self.health {
             self.writer
                 .append_key_value_metadata(KeyValue::new(HEALTH_KEY.to_string(), h.clone()));
+        }
+        if let Ok(g) = serde_json::to_string(&self.group_rates) {
+            self.writer
+                .append_key_value_metadata(KeyValue::new(SAMPLE_KEY.to_string(), g));
         }
         self.writer.finish().map_err(|e| self.perr(e))?;
         // The writer's own footer (with page indexes) is now the pending data.
@@ -769,13 +816,13 @@ mod tests {
             let mut s =
                 ParquetSink::create(&path, schema, WallClock::with_offset(0), &info).unwrap();
             for i in 0..100 {
-                s.write(&row(i)).unwrap();
+                s.write(&row(i), 1).unwrap();
             }
             s.commit().unwrap();
             assert_eq!(rows_in(&path).unwrap(), (100, None));
             let old = s.writer.inner().footer.len() as u64;
             for i in 100..5000 {
-                s.write(&row(i)).unwrap();
+                s.write(&row(i), 1).unwrap();
             }
             s.writer.inner_mut().budget = Some(budget);
             let done = s.commit().is_ok();

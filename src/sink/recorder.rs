@@ -11,7 +11,8 @@ use std::time::Instant;
 
 /// A per-I/O output format: one row per record, in the order given.
 pub trait RowWriter {
-    fn write(&mut self, r: &dyn IoRecord) -> Result<(), SinkError>;
+    /// One row, of an I/O traced at 1 in `sample`.
+    fn write(&mut self, r: &dyn IoRecord, sample: u32) -> Result<(), SinkError>;
     /// Make every row written so far durable in the output (called every second by the
     /// live loop): what a crash can lose is bounded by the time between flushes.
     fn flush(&mut self) -> Result<(), SinkError>;
@@ -26,8 +27,8 @@ pub trait RowWriter {
 pub struct Tee(pub Vec<Box<dyn RowWriter>>);
 
 impl RowWriter for Tee {
-    fn write(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
-        self.0.iter_mut().try_for_each(|w| w.write(r))
+    fn write(&mut self, r: &dyn IoRecord, sample: u32) -> Result<(), SinkError> {
+        self.0.iter_mut().try_for_each(|w| w.write(r, sample))
     }
     fn flush(&mut self) -> Result<(), SinkError> {
         self.0.iter_mut().try_for_each(|w| w.flush())
@@ -198,7 +199,7 @@ impl Recorder {
 }
 
 impl crate::pipeline::RecordSink for Recorder {
-    fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
+    fn record(&mut self, r: &dyn IoRecord, sample: u32) -> Result<(), SinkError> {
         self.seen += 1;
         if let Some(min) = self.min_ns {
             if total_ns(r).is_none_or(|t| t < min) {
@@ -206,7 +207,7 @@ impl crate::pipeline::RecordSink for Recorder {
             }
         }
         self.written += 1;
-        self.writer.write(r)
+        self.writer.write(r, sample)
     }
 
     fn tick(&mut self, health: &Health) -> Result<(), SinkError> {
@@ -252,7 +253,7 @@ mod tests {
     /// A writer that keeps the start times of what it was given.
     struct Keep(Arc<Mutex<Vec<u64>>>);
     impl RowWriter for Keep {
-        fn write(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
+        fn write(&mut self, r: &dyn IoRecord, _sample: u32) -> Result<(), SinkError> {
             self.0.lock().unwrap().push(r.start_ns());
             Ok(())
         }
@@ -276,13 +277,13 @@ mod tests {
             T::new(5, "w", None, None),
         ];
         for r in &ios {
-            rec.record(r).unwrap();
+            rec.record(r, 1).unwrap();
         }
         assert_eq!(*kept.lock().unwrap(), [2, 3]);
         assert_eq!((rec.seen(), rec.written()), (5, 2));
         let mut all = Recorder::new(Box::new(Keep(kept.clone())), None, None);
         for r in &ios {
-            all.record(r).unwrap();
+            all.record(r, 1).unwrap();
         }
         assert_eq!((all.seen(), all.written()), (5, 5));
     }

@@ -68,9 +68,24 @@ struct Group {
     labels: Vec<String>,
     stages: Vec<Histogram<u32>>,
     ios: u64,
+    /// I/Os the sampled ones stand for: the sum of their sampling rates (1 in N), and
+    /// the sum of N(N-1), the variance of that estimate (each I/O in the sample with
+    /// probability 1/N, independently).
+    estimated: u64,
+    variance: u64,
     incomplete: u64,
     dropped: u64,
     errors: u64,
+}
+
+impl Group {
+    /// Two standard deviations of `estimated`: the 95% bound of a count scaled from a
+    /// sample whose I/Os were each kept with probability 1/N. In-kernel sampling keeps
+    /// by sector or command-id bits: a workload whose offsets or ids are not spread
+    /// evenly over those bits is off by more (see `--sample`).
+    fn error(&self) -> u64 {
+        (2.0 * (self.variance as f64).sqrt()).round() as u64
+    }
 }
 
 /// Histograms for one period (an interval, or the whole run), one group per distinct
@@ -103,7 +118,7 @@ impl StatTable {
         self.key.push_str(text);
     }
 
-    pub fn add(&mut self, r: &dyn IoRecord) {
+    pub fn add(&mut self, r: &dyn IoRecord, sample: u32) {
         self.key.clear();
         for &i in &self.schema.labels {
             let mut label = std::mem::take(&mut self.label);
@@ -121,6 +136,9 @@ impl StatTable {
         });
         let g = &mut self.groups[g];
         Self::count(g, r.status());
+        let n = u64::from(sample.max(1));
+        g.estimated += n - 1;
+        g.variance += n * (n - 1);
         for (h, &i) in g.stages.iter_mut().zip(&self.schema.stages) {
             if let Some(v) = r.value(i).as_ns() {
                 h.saturating_record(v.min(MAX_NS));
@@ -158,6 +176,7 @@ impl StatTable {
 
     fn count(g: &mut Group, status: Status) {
         g.ios += 1;
+        g.estimated += 1;
         match status {
             Status::Ok => {}
             Status::Error => g.errors += 1,
@@ -182,6 +201,8 @@ impl StatTable {
             labels: labels(),
             stages,
             ios: 0,
+            estimated: 0,
+            variance: 0,
             incomplete: 0,
             dropped: 0,
             errors: 0,
@@ -242,6 +263,14 @@ impl StatTable {
         let mut rows: Vec<Vec<String>> = Vec::new();
         for g in order {
             let mut note = format!("{} I/Os", g.ios);
+            if g.estimated != g.ios {
+                let _ = write!(
+                    note,
+                    " sampled, ≈{} in all (±{}, 95%)",
+                    g.estimated,
+                    g.error()
+                );
+            }
             if g.errors > 0 {
                 let _ = write!(note, ", {} errors", g.errors);
             }
@@ -309,7 +338,8 @@ impl StatTable {
                 json!({"stage": name, "count": h.len(), "mean_ns": mean,
                        "percentiles_ns": ps, "max_ns": max})
             });
-            json!({"labels": labels, "ios": g.ios, "errors": g.errors,
+            json!({"labels": labels, "ios": g.ios, "ios_estimated": g.estimated,
+                   "ios_estimated_error": g.error(), "errors": g.errors,
                    "incomplete": g.incomplete, "dropped": g.dropped, "stages": stages.collect::<Vec<_>>()})
         });
         Json::Array(groups.collect())
@@ -423,9 +453,9 @@ impl StatSink {
         }
     }
 
-    pub fn record(&mut self, r: &dyn IoRecord) {
-        self.interval.add(r);
-        self.total.add(r);
+    pub fn record(&mut self, r: &dyn IoRecord, sample: u32) {
+        self.interval.add(r, sample);
+        self.total.add(r, sample);
     }
 
     /// Print and reset the interval table.
@@ -497,8 +527,8 @@ pub fn summary(table: &StatTable, header: &str, health: &Health, pcts: &Percenti
 }
 
 impl crate::pipeline::RecordSink for StatSink {
-    fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
-        StatSink::record(self, r);
+    fn record(&mut self, r: &dyn IoRecord, sample: u32) -> Result<(), SinkError> {
+        StatSink::record(self, r, sample);
         Ok(())
     }
 
@@ -516,9 +546,9 @@ mod tests {
     fn table() -> StatTable {
         let mut t = StatTable::new(T::table());
         for i in 1..=100u64 {
-            t.add(&T::new(i, "write", Some(i * 1000), Some(-1)));
+            t.add(&T::new(i, "write", Some(i * 1000), Some(-1)), 1);
         }
-        t.add(&T::new(0, "read\"x", Some(5000), None));
+        t.add(&T::new(0, "read\"x", Some(5000), None), 1);
         t
     }
 

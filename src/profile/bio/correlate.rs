@@ -11,6 +11,7 @@
 //! profile.
 
 use super::events::{BioEvent, BioKind};
+use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::{Correlator, Counters, FxMap, Status};
 use crate::decode::Event;
@@ -89,6 +90,7 @@ pub struct BioCorrelator {
     names: FxMap<u32, Arc<str>>,
     only: Vec<u32>,
     counters: Counters,
+    gate: Gate,
 }
 
 /// One bio on a bio-based device.
@@ -128,6 +130,7 @@ impl BioCorrelator {
                 .collect(),
             only: cfg.only,
             counters: Counters::default(),
+            gate: Gate::default(),
         }
     }
 
@@ -218,8 +221,9 @@ impl BioCorrelator {
                     l.queued = true;
                     return;
                 }
-                if !self.wanted(e.dev) {
-                    // A bio of its own on a device below the traced one.
+                if !self.wanted(e.dev) || !self.gate.admits(e.sector, t) {
+                    // A bio of its own on a device below the traced one, or one a
+                    // change of the sampling rate leaves out.
                     return;
                 }
                 let depth = self.depth.entry(e.dev).or_insert(0);
@@ -277,7 +281,9 @@ impl BioCorrelator {
                     return;
                 }
                 let Some((io, held)) = self.ios.take(&at) else {
-                    self.counters.unmatched += 1;
+                    if !self.gate.explains(e.sector, t) {
+                        self.counters.unmatched += 1;
+                    }
                     return;
                 };
                 if held > 1 {
@@ -309,7 +315,14 @@ impl Correlator for BioCorrelator {
     }
 
     fn counters(&self) -> Counters {
-        self.counters
+        Counters {
+            resampled: self.gate.resampled(),
+            ..self.counters
+        }
+    }
+
+    fn gate(&mut self) -> Option<&mut Gate> {
+        Some(&mut self.gate)
     }
 }
 

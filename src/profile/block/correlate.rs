@@ -54,6 +54,7 @@
 //! A `dropped` row never has a stage whose events it did not both see.
 
 use super::record::BlockRecord;
+use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::{Correlator, Counters, FxMap, Gap, Status};
 use crate::decode::Event;
@@ -164,6 +165,7 @@ pub struct BlockCorrelator {
     /// out of `pending` (no later I/O at their place pairs with them), but a completion
     /// that still comes at their place within [`SUSPECT_HOLD_NS`] is theirs after all.
     suspects: Vec<(Key, Pending, u64)>,
+    gate: Gate,
 }
 
 impl BlockCorrelator {
@@ -182,6 +184,7 @@ impl BlockCorrelator {
             missing: Unaccounted::default(),
             devs: Vec::new(),
             suspects: Vec::new(),
+            gate: Gate::default(),
         }
     }
 
@@ -382,11 +385,17 @@ impl BlockCorrelator {
                 {
                     // The re-insert of a requeued request: keep its first start.
                     p.insert = Some(p.insert.map_or(t, |q| q.min(t)));
-                } else {
+                } else if self.gate.admits(e.sector, t) {
                     self.add(key, fresh(Some(t), None), out);
                 }
             }
             BlockKind::Issue => {
+                if !self.gate.admits(e.sector, t)
+                    && self.pending.find_mut(&key, |p| p.issue.is_none()).is_none()
+                {
+                    // A request a rate change leaves out: it starts here, unsampled.
+                    return;
+                }
                 let depth = self.issued.entry(e.dev).or_insert(0);
                 *depth += 1;
                 // Requests that lost their completion are no longer on the device,
@@ -507,6 +516,9 @@ impl BlockCorrelator {
     /// the completion makes a row of its own; `dropped` either way, with no stage.
     /// Otherwise its request was issued before tracing began: `unmatched`.
     fn complete_without_issue(&mut self, t: u64, e: &BlockEvent, out: &mut dyn FnMut(BlockRecord)) {
+        if self.gate.explains(e.sector, t) {
+            return;
+        }
         if self.missing.issue == 0 {
             self.counters.unmatched += 1;
             return;
@@ -618,7 +630,14 @@ impl Correlator for BlockCorrelator {
     }
 
     fn counters(&self) -> Counters {
-        self.counters
+        Counters {
+            resampled: self.gate.resampled(),
+            ..self.counters
+        }
+    }
+
+    fn gate(&mut self) -> Option<&mut Gate> {
+        Some(&mut self.gate)
     }
 }
 

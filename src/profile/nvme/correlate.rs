@@ -100,7 +100,7 @@ impl NvmeCorrelator {
     }
 
     fn on_cmd(&mut self, t: u64, cmd: &NvmeCmd, out: &mut dyn FnMut(NvmeRecord)) {
-        if !self.tracker.selected(cmd) {
+        if !self.tracker.selected(t, cmd) {
             return;
         }
         let lba_size = self.tracker.lba_size(&cmd.disk);
@@ -139,7 +139,7 @@ impl NvmeCorrelator {
             // command without a sector range): the cid is all there is.
             match by_cid {
                 Some(p) => out(self.finish_one((p, Some((t, *done))))),
-                None => self.tracker.unmatched(done),
+                None => self.tracker.unmatched(t, done),
             }
             return;
         }
@@ -225,7 +225,7 @@ impl NvmeCorrelator {
     fn settle(&mut self, h: Held, out: &mut dyn FnMut(NvmeRecord)) {
         match h.by_cid {
             Some(p) => out(self.finish_one((p, Some((h.t, h.done))))),
-            None => self.tracker.unmatched(&h.done),
+            None => self.tracker.unmatched(h.t, &h.done),
         }
     }
 
@@ -284,6 +284,10 @@ impl Correlator for NvmeCorrelator {
     }
 
     fn counters(&self) -> Counters {
-        self.tracker.counters
+        self.tracker.counters()
+    }
+
+    fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate> {
+        Some(&mut self.tracker.gate)
     }
 }

@@ -108,11 +108,13 @@ impl Profile for Nvme {
             // Block events carry no command id: sampled by it, they would all still
             // be written (the cost sampling removes) and mostly join nothing.
             b.note(format!(
-                "--sample {rate}: block events are not traced (they carry no command id to sample by): no blk_to_driver_ns, total_ns"
+                "{}: block events are not traced (they carry no command id to sample by): no blk_to_driver_ns, total_ns",
+                sample::flag_name(ctx, rate)
             ));
             cfg.disk_devs.clear();
         }
         let sampled = sample::filter("cid", sample::cid_mask(rate).into());
+        sample::cid_sampler(ctx, &mut b);
         // Block events only for the nvme disks known now: unfiltered they would carry
         // every disk's I/O through the rings for nothing.
         let disk_devs: Vec<u32> = cfg.disk_devs.values().copied().collect();

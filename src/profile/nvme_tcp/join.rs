@@ -14,6 +14,7 @@ use super::host::{add, diff, HostIo, HostKey};
 use super::model::{fits, HostPart, Side, TargetPart, TcpConfig, TcpRecord, M_T_REPLY_SEND};
 use super::target::{TgtIo, TgtKey};
 use crate::correlate::biojoin::{BioJoin, StartKind};
+use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started};
 use crate::correlate::{Correlator, Counters, FxMap};
 use crate::decode::Event;
@@ -53,6 +54,7 @@ pub struct TcpCorrelator {
     host_ctrls: Box<[u64; 1024]>,
     tgt_ctrls: Box<[u64; 1024]>,
     counters: Counters,
+    gate: Gate,
 }
 
 fn mark(set: &mut [u64; 1024], cntlid: u16) {
@@ -82,6 +84,7 @@ impl TcpCorrelator {
             host_ctrls: Box::new([0; 1024]),
             tgt_ctrls: Box::new([0; 1024]),
             counters: Counters::default(),
+            gate: Gate::default(),
         }
     }
 
@@ -129,6 +132,9 @@ impl TcpCorrelator {
                 }
                 self.emit_host(old, None, out);
             }
+            if !self.gate.admits(e.cid.into(), t) {
+                return;
+            }
             mark(&mut self.host_ctrls, e.cntlid);
             let mut io = HostIo::new(t, e);
             let depth = self.host_depth.entry((e.ctrl_id, e.qid)).or_insert(0);
@@ -162,7 +168,7 @@ impl TcpCorrelator {
             return;
         }
         let Some(io) = self.hosts.first_mut(&key) else {
-            if e.kind == HostKind::ProcessNvmeCqe {
+            if e.kind == HostKind::ProcessNvmeCqe && !self.gate.explains(e.cid.into(), t) {
                 // A completion whose command we never saw start.
                 self.counters.unmatched += 1;
             }
@@ -265,6 +271,9 @@ impl TcpCorrelator {
             if let Some((old, _)) = self.targets.take(&key) {
                 self.close_target(key, old, out);
             }
+            if !self.gate.admits(e.cid.into(), t) {
+                return;
+            }
             let mut io = TgtIo::new(t, e);
             let depth = self.tgt_depth.entry((e.cntlid, e.qid)).or_insert(0);
             *depth += 1;
@@ -282,7 +291,8 @@ impl TcpCorrelator {
         let Some(io) = self.targets.first_mut(&key) else {
             // Resumed sends of a record already closed are expected; a completion
             // without a start is not.
-            if e.kind == TargetKind::QueueResponse && !e.r2t {
+            if e.kind == TargetKind::QueueResponse && !e.r2t && !self.gate.explains(e.cid.into(), t)
+            {
                 self.counters.unmatched += 1;
             }
             return;
@@ -426,6 +436,15 @@ impl Correlator for TcpCorrelator {
     }
 
     fn counters(&self) -> Counters {
-        self.counters
+        Counters {
+            resampled: self.gate.resampled(),
+            ..self.counters
+        }
+    }
+
+    fn gate(&mut self) -> Option<&mut Gate> {
+        // Joined, a target start belongs to a host command whose admission it cannot
+        // see; a rate change would cut the target part off rows (see `plan`).
+        (self.cfg.side != Side::Both).then_some(&mut self.gate)
     }
 }

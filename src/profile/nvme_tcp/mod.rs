@@ -147,7 +147,14 @@ impl Profile for NvmeTcp {
         }
         let mut b = PlanBuilder::new(ctx.tfs);
         b.sample(sample);
+        sample::cid_sampler(ctx, &mut b);
         let target_on = side.target() && have("nvmet_tcp");
+        if sample::dynamic(ctx) && side == Side::Both && target_on {
+            return Err(PlanError::Flag {
+                flag: "--max-rate".into(),
+                why: "with host and target joined (--side both), a change of rate could cut the target part off a row: give --side host or --side target (join the two recordings with `merge`), or a fixed --sample".into(),
+            });
+        }
         if side == Side::Both && !target_on {
             b.note("no nvmet_tcp events on this kernel: host-side stages only (the target is elsewhere or unpatched)");
         }
@@ -179,7 +186,8 @@ impl Profile for NvmeTcp {
             side: if target_on { side } else { Side::Host },
             block,
             admin: select.admin,
-            sample_mask: mask,
+            // With --max-rate the kernel filters and the gate sample: no fixed mask.
+            sample_mask: if sample::dynamic(ctx) { 0 } else { mask },
             ..Default::default()
         })))
     }

@@ -107,7 +107,7 @@ impl Correlator for NvmetCorrelator {
         let tracker = &mut self.tracker;
         match e {
             NvmeEvent::Cmd(c) => {
-                if tracker.selected(c) {
+                if tracker.selected(ev.time, c) {
                     tracker.submit(ev.time, c, None, &mut |f| out(Self::record(f)));
                 }
             }
@@ -120,7 +120,11 @@ impl Correlator for NvmetCorrelator {
     }
 
     fn counters(&self) -> Counters {
-        self.tracker.counters
+        self.tracker.counters()
+    }
+
+    fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate> {
+        Some(&mut self.tracker.gate)
     }
 }
 

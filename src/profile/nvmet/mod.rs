@@ -61,6 +61,7 @@ impl Profile for Nvmet {
         b.sample(rate);
         // The host's command ids: a Linux host's carry its generation bits.
         let sampled = sample::filter("cid", sample::cid_mask(rate).into());
+        sample::cid_sampler(ctx, &mut b);
         for e in EVENTS {
             let filter = match e.event {
                 "nvmet_req_init" => select.cmd_filter(),

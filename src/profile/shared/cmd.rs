@@ -4,6 +4,7 @@
 //! records report ([`CmdCore`]).
 
 use super::nvme_events::{opcode_name, DiskName, NvmeCmd, NvmeDone};
+use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::{Counters, FxMap, Status};
 use crate::filter::Filter;
@@ -209,6 +210,7 @@ pub(crate) struct CmdTracker {
     /// Target only: match a completion to a command recorded with ctrl_id 0 (see
     /// `complete`). Never on the host, where controller instance 0 is `nvme0`.
     pub(crate) ctrl0_fallback: bool,
+    pub(crate) gate: Gate,
 }
 
 impl CmdTracker {
@@ -221,6 +223,15 @@ impl CmdTracker {
             lba_cache: FxMap::default(),
             counters: Counters::default(),
             ctrl0_fallback: false,
+            gate: Gate::default(),
+        }
+    }
+
+    /// The counters, with the events a rate change left out.
+    pub(crate) fn counters(&self) -> Counters {
+        Counters {
+            resampled: self.gate.resampled(),
+            ..self.counters
         }
     }
 
@@ -287,8 +298,12 @@ impl CmdTracker {
         self.counters.in_flight = self.pending.len() as u64;
     }
 
-    /// Whether a command passes the selection (and learn its disk for completions).
-    pub(crate) fn selected(&mut self, cmd: &NvmeCmd) -> bool {
+    /// Whether a command starting at `t` passes the selection and is in the sample
+    /// (and learn its disk for completions).
+    pub(crate) fn selected(&mut self, t: u64, cmd: &NvmeCmd) -> bool {
+        if !self.gate.admits(cmd.cid.into(), t) {
+            return false;
+        }
         if !self.cfg.select.keeps_queue(cmd.ctrl_id, cmd.qid) {
             return false;
         }
@@ -306,7 +321,7 @@ impl CmdTracker {
     pub(crate) fn complete(&mut self, t: u64, done: &NvmeDone, out: &mut dyn FnMut(Finished)) {
         match self.claim(done) {
             Claim::Found(p) => out((p, Some((t, *done)))),
-            Claim::Missing => self.unmatched(done),
+            Claim::Missing => self.unmatched(t, done),
             Claim::Ignored => {}
         }
     }
@@ -356,7 +371,10 @@ impl CmdTracker {
     }
 
     /// A completion no command was found for.
-    pub(crate) fn unmatched(&mut self, done: &NvmeDone) {
+    pub(crate) fn unmatched(&mut self, t: u64, done: &NvmeDone) {
+        if self.gate.explains(done.cid.into(), t) {
+            return;
+        }
         // With --nsid, a completion on another disk belongs to an unselected namespace.
         let other_ns = self.cfg.select.nsid.is_some() && !self.nsid_disks.contains(&done.disk);
         if !other_ns {

@@ -80,6 +80,12 @@ pub fn sector_sample_mask<K: 'static>(
         return Ok(None);
     }
     let mask = sample::sector_mask(rate, align);
+    if sample::dynamic(ctx) {
+        b.sampler(&["sector", "old_sector"], move |n| {
+            sample::sector_mask(n, align)
+        });
+        return Ok(Some(mask));
+    }
     b.note(format!(
         "--sample {rate}: keeping I/Os whose start sector has bits {:#x} clear ({align}-byte alignment; see --sample-align)",
         mask
