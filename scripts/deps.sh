@@ -13,6 +13,8 @@ pkgs=(fio util-linux kmod
       qemu-system-x86 busybox-static linux-source-6.1 rsync dmsetup
       # tests/perf_record.rs: stock perf runs the command line `list --perf-record` prints
       linux-perf
+      # tests/serve.rs: a real Prometheus server scrapes `serve`
+      prometheus
       build-essential flex bison bc libelf-dev libssl-dev cpio xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -23,6 +23,7 @@ pub mod plot;
 pub mod profile;
 pub mod rate;
 pub mod record;
+pub mod serve;
 pub mod sink;
 pub mod synth;
 pub mod tracefs;

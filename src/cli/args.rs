@@ -36,6 +36,19 @@ pub enum Cmd {
     /// status. Without one, it runs until Ctrl-C, SIGTERM or --duration.
     #[command(verbatim_doc_comment)]
     Record(RecordArgs),
+    /// Trace I/O and serve latency histograms and counters to Prometheus, to stay on.
+    ///
+    /// Answers GET /metrics in the Prometheus text format (OpenMetrics when the
+    /// scraper asks for it): per device, operation and stage, histograms of latency in
+    /// seconds (buckets 1 µs × 2^k, as ebpf_exporter's exp2), I/O counters, the run's
+    /// sample/lost/dropped/unmatched counters, the sampling rate in effect. Traces at
+    /// most --max-rate I/Os per second (default 2000), counting each for the I/Os its
+    /// rate stands for. Opens its events as root, then runs as --user with no
+    /// capabilities. Listens on 127.0.0.1 unless told otherwise.
+    ///
+    /// Runs until SIGINT or SIGTERM (or --duration, or the command after `--`).
+    #[command(verbatim_doc_comment)]
+    Serve(ServeArgs),
     /// Trace I/O and print latency percentiles per device, operation and stage.
     ///
     /// Every --interval a table for that interval; at the end a summary of the whole
@@ -181,6 +194,25 @@ fn min_latency(s: &str) -> Result<u64, String> {
 }
 
 #[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub sel: Selection,
+    /// Where to listen, ADDR:PORT. The port is not on the Prometheus exporter port
+    /// list (9100-9999 is all taken); pick another with this.
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
+    pub listen: String,
+    /// The user to run as once the events are open (no capabilities, no groups but
+    /// the user's own).
+    #[arg(long, value_name = "USER", default_value = "nobody")]
+    pub user: String,
+}
+
+/// `serve --listen` by default: this host only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9857";
+/// `serve --max-rate` by default: about 2000 I/Os per second traced.
+pub const SERVE_MAX_RATE: u64 = 2000;
+
+#[derive(Debug, Args)]
 pub struct StatArgs {
     #[command(flatten)]
     pub sel: Selection,
@@ -257,7 +289,7 @@ pub fn profile_args() -> Vec<clap::Arg> {
 pub fn command() -> clap::Command {
     let extra = profile_args();
     let mut c = Cli::command();
-    for sub in ["record", "stat"] {
+    for sub in ["record", "stat", "serve"] {
         let extra = extra.clone();
         c = c.mut_subcommand(sub, move |s| {
             s.next_help_heading("Profile flags (see `ntprof-perf list`)")

@@ -4,15 +4,20 @@
 //! host into a [`Plan`]; everything here only opens what the plan lists and drives
 //! its pipeline into a sink.
 
-use super::args::{profile_args, Format, RecordArgs, Selection, StatArgs};
+use super::args::{
+    profile_args, Format, RecordArgs, Selection, ServeArgs, StatArgs, SERVE_MAX_RATE,
+};
 use super::seconds;
 use anyhow::{bail, Context, Result};
 use clap::parser::ValueSource;
+use nix::unistd::User;
 use ntprof_perf::device::SysBlock;
 use ntprof_perf::perf::{online_cpus, EventSpec, GroupConfig, PerfGroup};
 use ntprof_perf::pipeline::{run_live, LiveOptions, RunError, StopReason};
 use ntprof_perf::profile::{self, Plan, PlanCtx, Profile};
+use ntprof_perf::serve::Server;
 use ntprof_perf::sink::csv::CsvSink;
+use ntprof_perf::sink::metrics::MetricsSink;
 use ntprof_perf::sink::parquet::{FileInfo, ParquetSink};
 use ntprof_perf::sink::recorder::{Recorder, RowWriter, StatusLine, Tee};
 use ntprof_perf::sink::stat::StatSink;
@@ -69,6 +74,7 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         tfs: &tfs,
         args: flags,
         sys: SysBlock::default(),
+        max_rate: sel.max_rate,
     };
     let mut plan = p.plan(&ctx)?;
     let start_sample = profile::sample::start_rate(&ctx)?;
@@ -150,6 +156,9 @@ fn check_command(cmd: &str) -> Result<()> {
 enum Output {
     Rows(Recorder),
     Stat(Box<StatSink>, Option<Duration>),
+    /// `serve`: the metrics, the bound listener (served once privileges are dropped)
+    /// and the user to run as.
+    Metrics(Box<MetricsSink>, Option<Server>, String),
 }
 
 pub fn record(a: RecordArgs, flags: &clap::ArgMatches) -> Result<i32> {
@@ -190,6 +199,54 @@ pub fn record(a: RecordArgs, flags: &clap::ArgMatches) -> Result<i32> {
     };
     let rec = Recorder::new(writer, a.min_latency, StatusLine::on_stderr());
     run(r, Output::Rows(rec), to)
+}
+
+pub fn serve(mut a: ServeArgs, flags: &clap::ArgMatches) -> Result<i32> {
+    a.sel.max_rate.get_or_insert(SERVE_MAX_RATE);
+    let mut r = plan(&a.sel, flags)?;
+    // Left on, it must never cost a busy host more than its budget, even in its first
+    // second: it starts at the lowest rate and comes down to what the budget allows.
+    if flags.value_source("sample") != Some(ValueSource::CommandLine) {
+        r.start_sample = profile::sample::MAX_SAMPLE;
+        r.plan.sample = r.start_sample;
+    }
+    // The user is checked before anything is opened.
+    User::from_name(&a.user)
+        .with_context(|| format!("--user {}", a.user))?
+        .with_context(|| format!("--user {}: no such user", a.user))?;
+    let server = Server::bind(&a.listen)?;
+    let sink = MetricsSink::new(r.profile.schema());
+    run(
+        r,
+        Output::Metrics(Box::new(sink), Some(server), a.user),
+        String::new(),
+    )
+}
+
+/// Leave root for `user` for good: no supplementary groups, its group and user ids,
+/// no capabilities (a set-uid from root to another user clears them), and no way back
+/// (`PR_SET_NO_NEW_PRIVS`). Checked in /proc afterwards.
+fn drop_privileges(user: &str) -> Result<()> {
+    use nix::unistd::{setgid, setgroups, setuid};
+    let u = User::from_name(user)?.with_context(|| format!("--user {user}: no such user"))?;
+    setgroups(&[u.gid]).context("setgroups")?;
+    setgid(u.gid).context("setgid")?;
+    setuid(u.uid).context("setuid")?;
+    nix::sys::prctl::set_no_new_privs().context("PR_SET_NO_NEW_PRIVS")?;
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    for cap in ["CapPrm:", "CapEff:", "CapAmb:"] {
+        let v = status
+            .lines()
+            .find_map(|l| l.strip_prefix(cap))
+            .map(str::trim)
+            .unwrap_or("?");
+        if !v.trim_start_matches('0').is_empty() {
+            bail!(
+                "after becoming {user}, {cap} is {v}, not 0: refusing to serve with capabilities"
+            );
+        }
+    }
+    Ok(())
 }
 
 pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
@@ -277,6 +334,16 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     };
     pipe.rate_from(0, r.plan.sample);
     group.enable()?;
+    if let Output::Metrics(sink, server, user) = &mut out {
+        drop_privileges(user)?;
+        if let Some(s) = server.take() {
+            let addr = s.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            s.spawn(sink.registry())
+                .context("starting the HTTP thread")?;
+            // Said once it serves, as `user`: scripts wait for this line.
+            eprintln!("ntprof-perf: serving http://{addr}/metrics as {user}");
+        }
+    }
     let started = Instant::now();
     let mut child: Option<Child> = match r.command.split_first() {
         Some((prog, args)) => Some(
@@ -300,6 +367,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         poll: Duration::from_millis(20),
         tick: match &out {
             Output::Stat(_, i) => *i,
+            Output::Metrics(..) => Some(Duration::from_secs(1)),
             // Rows reach the file at least every second.
             Output::Rows(_) => Some(Duration::from_secs(1)),
         },
@@ -324,6 +392,14 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             sink.as_mut(),
             rate.as_mut(),
         ),
+        Output::Metrics(sink, ..) => run_live(
+            &mut group,
+            pipe,
+            &opts,
+            &mut should_stop,
+            sink.as_mut(),
+            rate.as_mut(),
+        ),
     };
     // The output is finished before the command is waited for (below), so a command
     // that ignores SIGTERM cannot hold back a single row.
@@ -337,7 +413,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
                     let _ = s.finish(None);
                     s.written()
                 }
-                Output::Stat(..) => 0,
+                Output::Stat(..) | Output::Metrics(..) => 0,
             };
             eprintln!("ntprof-perf: output closed by its reader after {rows} rows; stopped");
             finish_child(child.as_mut(), &stop);
@@ -372,6 +448,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             ),
         },
         Output::Stat(..) => "stat done".to_string(),
+        Output::Metrics(..) => "serve done".to_string(),
     };
     // Counts of a sampled run are 1/N of the traffic: say so where they are printed.
     let rows = match profile::sample::describe(r.plan.sample) {
@@ -512,6 +589,7 @@ fn finish_output(
             }
             s.finish(&header, health)?;
         }
+        Output::Metrics(s, ..) => s.health(health),
     }
     Ok(())
 }

@@ -44,6 +44,7 @@ pub fn run(cli: Cli, sub: &clap::ArgMatches) -> Result<i32> {
         Cmd::List(a) => list(&a).map(|_| 0),
         Cmd::Record(a) => live::record(a, sub),
         Cmd::Stat(a) => live::stat(a, sub),
+        Cmd::Serve(a) => live::serve(a, sub),
         Cmd::Report(a) => report::report(&a),
         Cmd::Merge(a) => merge::merge(&a),
         Cmd::Plot(a) => plot::plot(&a),
@@ -87,6 +88,7 @@ fn perf_record_line(words: &[String], tfs: &Tracefs) -> Result<String> {
         tfs,
         args: flags,
         sys: ntprof_perf::device::SysBlock::default(),
+        max_rate: None,
     };
     let plan = p.plan(&ctx)?;
     for n in &plan.notes {

@@ -275,6 +275,8 @@ pub struct PlanCtx<'a> {
     pub args: &'a clap::ArgMatches,
     pub sys: SysBlock,
     pub status: Vec<EventStatus>,
+    /// `--max-rate`: the run changes its sampling while running (see [`Resample`]).
+    pub max_rate: Option<u64>,
 }
 
 impl PlanCtx<'_> {

@@ -63,7 +63,7 @@ pub fn start_rate(ctx: &PlanCtx<'_>) -> Result<u32, PlanError> {
 
 /// Whether the run picks its rate itself (`--max-rate`).
 pub fn dynamic(ctx: &PlanCtx<'_>) -> bool {
-    ctx.flag::<u64>("max_rate").is_some()
+    ctx.max_rate.is_some()
 }
 
 /// The one check of a `--sample` value.
@@ -255,6 +255,7 @@ mod plan_tests {
             tfs: &tfs,
             args: &args,
             sys: SysBlock::default(),
+            max_rate: None,
         };
         let plan = p.plan(&ctx).map_err(|e| e.to_string())?;
         assert_eq!(

@@ -5,6 +5,7 @@
 
 pub mod csv;
 pub mod input;
+pub mod metrics;
 pub mod parquet;
 pub mod recorder;
 pub mod stat;
