@@ -16,6 +16,7 @@ pub mod correlate;
 pub mod decode;
 pub mod device;
 pub mod filter;
+pub mod import;
 pub mod order;
 pub mod perf;
 pub mod pipeline;

@@ -56,8 +56,26 @@ pub enum Cmd {
     /// incomplete I/Os are on every table's header line.
     #[command(verbatim_doc_comment)]
     Stat(StatArgs),
-    /// Print the summary tables of a CSV or Parquet file written by `record`.
+    /// Print the summary tables of a CSV or Parquet file written by `record` (or of a
+    /// perf.data, imported first).
     Report(ReportArgs),
+    /// Turn a perf.data recorded by stock `perf record` into the rows `record` writes.
+    ///
+    /// For hosts where only perf may run: record there with the line
+    /// `ntprof-perf list --perf-record PROFILE …` prints, bring the perf.data here, and
+    /// import it. The samples go through the same decoders, ordering, correlators and
+    /// sinks as a live run; the event formats come from the file's own tracing data
+    /// (--tracefs DIR stands in when it has none). The exit line counts the file's LOST
+    /// and THROTTLE records as a live run counts its own, and says which clock the
+    /// capture used: with `-k mono` and perf's clock data, start times are wall-clock;
+    /// with perf's default clock they are relative. Pipe-mode captures
+    /// (`perf record -o -`) are read too, from a file or from standard input (`-`).
+    ///
+    /// Device names are those of this host's sysfs when the capture was made here (same
+    /// host name), else MAJ:MIN. A perf.data cannot say which samples the kernel counted
+    /// but never wrote: I/Os they cut are `incomplete` rows or unmatched completions.
+    #[command(verbatim_doc_comment)]
+    Import(ImportArgs),
     /// Join a recording made on the host (`record --side host`) with one made on the
     /// target (`record --side target`) into the full breakdown, the rows a joint
     /// (loopback) recording would have. For profiles whose I/O spans two machines
@@ -80,7 +98,8 @@ pub enum Cmd {
 
 #[derive(Debug, Args)]
 pub struct PlotArgs {
-    /// A CSV or Parquet file written by `ntprof-perf record`.
+    /// A CSV or Parquet file written by `ntprof-perf record`, or a perf.data (imported
+    /// first, as `import` does).
     pub file: PathBuf,
     /// The SVG to write.
     #[arg(short, long, value_name = "FILE.svg")]
@@ -213,9 +232,38 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9857";
 pub const SERVE_MAX_RATE: u64 = 2000;
 
 #[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The perf.data (file or pipe mode; `-` reads a pipe-mode stream from standard input).
+    pub file: PathBuf,
+    /// The profile to join the events with (default: the one whose required events are
+    /// all in the capture).
+    #[arg(short, long)]
+    pub profile: Option<String>,
+    /// Write the rows here instead of standard output. A name ending in `.parquet` is
+    /// written as Parquet. Repeatable.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Vec<PathBuf>,
+    /// Format of the -o files whose name does not say (default csv).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<Format>,
+    /// Write only I/Os whose total latency is at least this (as `record --min-latency`).
+    #[arg(long, value_name = "LATENCY", value_parser = min_latency)]
+    pub min_latency: Option<u64>,
+    /// Event formats from this tracefs tree (the recording kernel's, or a copy) instead
+    /// of the file's own tracing data.
+    #[arg(long, value_name = "DIR")]
+    pub tracefs: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub struct StatArgs {
     #[command(flatten)]
     pub sel: Selection,
+    /// Read the events from this perf.data instead of tracing (see `import`): prints the
+    /// summary of the whole capture. The profile is guessed from the capture unless -p
+    /// is given.
+    #[arg(long, value_name = "PERF.DATA")]
+    pub input: Option<PathBuf>,
     /// Seconds between interval tables (fractions allowed); 0 prints only the summary.
     #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS")]
     pub interval: f64,
@@ -266,7 +314,8 @@ pub struct MergeArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A CSV or Parquet file written by `ntprof-perf record`.
+    /// A CSV or Parquet file written by `ntprof-perf record`, or a perf.data (imported
+    /// first, as `import` does).
     pub file: PathBuf,
     #[command(flatten)]
     pub show: Show,

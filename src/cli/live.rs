@@ -165,31 +165,43 @@ pub fn record(a: RecordArgs, flags: &clap::ArgMatches) -> Result<i32> {
     let r = plan(&a.sel, flags)?;
     let clock = WallClock::now();
     let schema = r.profile.schema();
+    let info = || FileInfo::this_host(r.profile.schema(), r.plan.sample, clock);
+    let (writer, to) = row_writer(&a.output, a.format, schema, clock, &info)?;
+    let rec = Recorder::new(writer, a.min_latency, StatusLine::on_stderr());
+    run(r, Output::Rows(rec), to)
+}
+
+/// The sinks of `-o FILE…` (CSV, or Parquet by name or `--format`; standard output
+/// without any), one writer for all, and where the rows go for the exit line.
+pub(super) fn row_writer(
+    output: &[std::path::PathBuf],
+    format: Option<Format>,
+    schema: &'static ntprof_perf::record::Schema,
+    clock: WallClock,
+    info: &dyn Fn() -> FileInfo,
+) -> Result<(Box<dyn RowWriter>, String)> {
     let mut writers: Vec<Box<dyn RowWriter>> = Vec::new();
-    for path in &a.output {
-        let format = match path.extension() {
+    for path in output {
+        let f = match path.extension() {
             Some(e) if e.eq_ignore_ascii_case("parquet") => Format::Parquet,
             Some(e) if e.eq_ignore_ascii_case("csv") => Format::Csv,
-            _ => a.format.unwrap_or(Format::Csv),
+            _ => format.unwrap_or(Format::Csv),
         };
-        writers.push(match format {
+        writers.push(match f {
             Format::Csv => Box::new(CsvSink::create(Some(path), schema, clock)?),
-            Format::Parquet => {
-                let info = FileInfo::this_host(r.profile.schema(), r.plan.sample, clock);
-                Box::new(ParquetSink::create(path, schema, clock, &info)?)
-            }
+            Format::Parquet => Box::new(ParquetSink::create(path, schema, clock, &info())?),
         });
     }
     if writers.is_empty() {
-        if a.format == Some(Format::Parquet) {
+        if format == Some(Format::Parquet) {
             bail!("--format parquet needs -o FILE (Parquet is not written to a pipe)");
         }
         writers.push(Box::new(CsvSink::create(None, schema, clock)?));
     }
-    let to = if a.output.is_empty() {
+    let to = if output.is_empty() {
         "standard output".to_string()
     } else {
-        let names: Vec<String> = a.output.iter().map(|p| p.display().to_string()).collect();
+        let names: Vec<String> = output.iter().map(|p| p.display().to_string()).collect();
         names.join(", ")
     };
     let writer: Box<dyn RowWriter> = if writers.len() == 1 {
@@ -197,8 +209,7 @@ pub fn record(a: RecordArgs, flags: &clap::ArgMatches) -> Result<i32> {
     } else {
         Box::new(Tee(writers))
     };
-    let rec = Recorder::new(writer, a.min_latency, StatusLine::on_stderr());
-    run(r, Output::Rows(rec), to)
+    Ok((writer, to))
 }
 
 pub fn serve(mut a: ServeArgs, flags: &clap::ArgMatches) -> Result<i32> {
@@ -250,6 +261,9 @@ fn drop_privileges(user: &str) -> Result<()> {
 }
 
 pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
+    if let Some(input) = &a.input {
+        return super::import::stat(&a, input, flags);
+    }
     let interval = if a.interval == 0.0 {
         None
     } else {

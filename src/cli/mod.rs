@@ -3,6 +3,7 @@
 pub mod args;
 #[cfg(test)]
 mod docs_check;
+mod import;
 mod live;
 mod merge;
 mod plot;
@@ -48,6 +49,7 @@ pub fn run(cli: Cli, sub: &clap::ArgMatches) -> Result<i32> {
         Cmd::Report(a) => report::report(&a),
         Cmd::Merge(a) => merge::merge(&a),
         Cmd::Plot(a) => plot::plot(&a),
+        Cmd::Import(a) => import::import(&a),
     }
 }
 

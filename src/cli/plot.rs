@@ -20,7 +20,9 @@ pub fn plot(a: &PlotArgs) -> Result<i32> {
         width: a.width,
         height: a.height,
     };
-    let data = Data::load(&a.file)?;
+    let imported = super::import::rows_of(&a.file)?;
+    let mut data = Data::load(imported.as_ref().map_or(a.file.as_path(), |i| i.path()))?;
+    data.file = a.file.display().to_string();
     // A bad --stage is refused before anything is drawn.
     data.pick_stage(a.stage.as_deref())?;
     let out = a.output.display().to_string();

@@ -9,7 +9,8 @@ use ntprof_perf::sink::stat::{json_line, summary, StatTable};
 use ntprof_perf::sink::Health;
 
 pub fn report(a: &ReportArgs) -> Result<i32> {
-    let mut input = Input::open(&a.file)?;
+    let imported = super::import::rows_of(&a.file)?;
+    let mut input = Input::open(imported.as_ref().map_or(a.file.as_path(), |i| i.path()))?;
     let path = a.file.display().to_string();
     let p = input.recognise()?;
     let schema = p.schema();

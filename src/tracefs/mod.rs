@@ -3,11 +3,14 @@
 //! Reads files only; knows nothing about perf or about any profile. A "tracefs root" is
 //! any directory with an `events/<system>/<event>/format` tree: the live mount, or a
 //! copy captured from another kernel (`tracefs/<kernel version>/` in this repository).
+//! A tree can also live in memory: the format files a `perf.data` carries
+//! ([`Tracefs::in_memory`]), so an import binds the same layouts a live run would.
 
 pub mod format;
 
 pub use format::{parse_format, EventFormat, Field, FieldShape, FormatError};
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -67,7 +70,11 @@ impl std::fmt::Display for MissingReason {
 /// A tracefs tree, live or captured.
 #[derive(Debug, Clone)]
 pub struct Tracefs {
+    /// The directory, or for an in-memory tree the name of where its formats came from
+    /// (shown in messages).
     root: PathBuf,
+    /// `Some`: the formats are these texts by (system, event), not files under `root`.
+    formats: Option<BTreeMap<(String, String), String>>,
 }
 
 impl Tracefs {
@@ -82,6 +89,7 @@ impl Tracefs {
                 Ok(m) if m.is_dir() => {
                     return Ok(Tracefs {
                         root: p.to_path_buf(),
+                        formats: None,
                     })
                 }
                 // Mounted but not ours to read: saying "not mounted" would send the
@@ -99,10 +107,31 @@ impl Tracefs {
         if dir.join("events").is_dir() {
             Ok(Tracefs {
                 root: dir.to_path_buf(),
+                formats: None,
             })
         } else {
             Err(TracefsError::NotATracefs(dir.to_path_buf()))
         }
+    }
+
+    /// A tree of format texts by (system, event), named `origin` in messages (the file
+    /// they were read from). Texts are parsed when asked for, as files are.
+    pub fn in_memory(
+        origin: &Path,
+        formats: impl IntoIterator<Item = ((String, String), String)>,
+    ) -> Tracefs {
+        Tracefs {
+            root: origin.to_path_buf(),
+            formats: Some(formats.into_iter().collect()),
+        }
+    }
+
+    /// Every (system, event) of an in-memory tree; empty for a directory.
+    pub fn in_memory_events(&self) -> Vec<(String, String)> {
+        self.formats
+            .as_ref()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn root(&self) -> &Path {
@@ -115,6 +144,23 @@ impl Tracefs {
 
     /// Parse `events/<system>/<event>/format`.
     pub fn event(&self, system: &str, event: &str) -> Result<EventFormat, TracefsError> {
+        if let Some(m) = &self.formats {
+            let path = self.root.join(format!("{system}:{event}"));
+            let Some(text) = m.get(&(system.to_string(), event.to_string())) else {
+                let reason = if m.keys().any(|(s, _)| s == system) {
+                    MissingReason::NoEvent
+                } else {
+                    MissingReason::NoSystem
+                };
+                return Err(TracefsError::MissingEvent {
+                    system: system.to_string(),
+                    event: event.to_string(),
+                    root: self.root.clone(),
+                    reason,
+                });
+            };
+            return parse_format(text).map_err(|source| TracefsError::Format { path, source });
+        }
         let dir = self.event_dir(system, event);
         let path = dir.join("format");
         let text = match fs::read_to_string(&path) {

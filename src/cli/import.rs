@@ -1,0 +1,197 @@
+//! `import`, `stat --input`, and perf.data given to `report` and `plot`: a capture made
+//! by stock `perf record`, replayed through the profile's plan as a live run would run
+//! it (see `ntprof_perf::import`).
+
+use super::args::{ImportArgs, StatArgs};
+use super::live::row_writer;
+use anyhow::{Context, Result};
+use clap::parser::ValueSource;
+use ntprof_perf::device::SysBlock;
+use ntprof_perf::import::Capture;
+use ntprof_perf::profile::{self, Plan, PlanCtx, Profile};
+use ntprof_perf::sink::parquet::FileInfo;
+use ntprof_perf::sink::recorder::{Recorder, StatusLine};
+use ntprof_perf::sink::stat::StatSink;
+use ntprof_perf::sink::Health;
+use ntprof_perf::tracefs::Tracefs;
+use std::path::{Path, PathBuf};
+
+/// The capture, its profile and that profile's plan bound to the capture's formats.
+struct Prepared {
+    cap: Capture,
+    profile: &'static dyn Profile,
+    plan: Plan,
+}
+
+fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Prepared> {
+    let tfs = tracefs.map(|d| Tracefs::find(Some(d))).transpose()?;
+    let cap = Capture::open(file, tfs.as_ref())?;
+    if let Some(n) = name {
+        if profile::find(n).is_none() {
+            let names: Vec<&str> = profile::all().iter().map(|p| p.name()).collect();
+            anyhow::bail!(
+                "unknown profile `{n}`; profiles: {} (see `ntprof-perf list`)",
+                names.join(", ")
+            );
+        }
+    }
+    let p = cap.profile(name)?;
+    // The profile's flags at their defaults: perf's own filters already chose what
+    // the capture holds, so nothing is selected again here.
+    let m = super::args::command()
+        .try_get_matches_from(["ntprof-perf", "record", "-p", p.name()])
+        .context("the profile's default flags")?;
+    let flags = m.subcommand().map(|(_, s)| s.clone()).unwrap_or_default();
+    let here = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok();
+    // Device numbers name this host's devices only when the capture was made here;
+    // elsewhere the rows say MAJ:MIN rather than another disk's name.
+    let sys = if cap.host.is_some() && cap.host == here {
+        SysBlock::default()
+    } else {
+        eprintln!(
+            "ntprof-perf: {} was recorded on {}, not here: devices are shown as MAJ:MIN",
+            file.display(),
+            cap.host.as_deref().unwrap_or("an unnamed host")
+        );
+        SysBlock::at(Path::new("/nonexistent-sysfs"))
+    };
+    let ctx = PlanCtx {
+        profile: p.name(),
+        status: profile::check(p, &cap.formats),
+        tfs: &cap.formats,
+        args: &flags,
+        sys,
+        max_rate: None,
+    };
+    let plan = p.plan(&ctx)?;
+    Ok(Prepared {
+        cap,
+        profile: p,
+        plan,
+    })
+}
+
+/// What the exit line adds to the counters for a capture.
+fn report_end(what: &str, cap_clock: &str, health: &Health) {
+    eprintln!("ntprof-perf: {what}; {}", health.line());
+    eprintln!("ntprof-perf: clock: {cap_clock}");
+    if health.lost > 0 {
+        eprintln!(
+            "ntprof-perf: warning: the capture lost {} samples because perf's rings were full (LOST records); record again with a larger `perf record -m` (pages per CPU) or `-r` (real-time priority)",
+            health.lost
+        );
+    }
+    if health.throttled > 0 {
+        eprintln!(
+            "ntprof-perf: warning: the kernel throttled sampling {} times (THROTTLE records): the samples not taken are in no count",
+            health.throttled
+        );
+    }
+}
+
+pub fn import(a: &ImportArgs) -> Result<i32> {
+    let Prepared {
+        cap,
+        profile: p,
+        mut plan,
+    } = prepare(&a.file, a.profile.as_deref(), a.tracefs.as_deref())?;
+    let schema = p.schema();
+    let clock = cap.clock.wall();
+    let info = || FileInfo {
+        host: cap.host.clone().unwrap_or_default(),
+        kernel: cap.kernel.clone().unwrap_or_default(),
+        // The capture's own in-kernel sampling (a `--sample` filter) is not known here.
+        ..FileInfo::this_host(schema, 1, clock)
+    };
+    let (writer, to) = row_writer(&a.output, a.format, schema, clock, &info)?;
+    let mut rec = Recorder::new(writer, a.min_latency, StatusLine::on_stderr());
+    let described = format!(
+        "{}{}",
+        cap.clock.describe(),
+        if cap.pipe {
+            "; a pipe-mode capture"
+        } else {
+            ""
+        }
+    );
+    let health = cap.replay(plan.stages.as_mut(), &mut rec)?;
+    rec.finish(Some(&health))?;
+    let rows = match rec.min_ns() {
+        None => format!("{} I/Os written to {to}", rec.written()),
+        Some(min) => format!(
+            "{} I/Os seen, {} written to {to} (total latency >= {min} ns)",
+            rec.seen(),
+            rec.written()
+        ),
+    };
+    report_end(&rows, &described, &health);
+    Ok(0)
+}
+
+pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32> {
+    let name = (flags.value_source("profile") == Some(ValueSource::CommandLine))
+        .then_some(a.sel.profile.as_str());
+    let Prepared {
+        cap,
+        profile: p,
+        mut plan,
+    } = prepare(input, name, a.sel.tracefs.as_deref())?;
+    let mut sink = StatSink::new(p.schema(), Box::new(std::io::stdout()), a.show.format());
+    let described = cap.clock.describe();
+    let health = cap.replay(plan.stages.as_mut(), &mut sink)?;
+    let header = format!(
+        "summary: profile {}, imported from {}",
+        p.name(),
+        input.display()
+    );
+    sink.finish(&header, &health)?;
+    report_end("stat done", &described, &health);
+    Ok(0)
+}
+
+/// Whether `path` is a perf.data (its magic), to import before reading it as rows.
+pub fn is_perf_data(path: &Path) -> bool {
+    use std::io::Read;
+    let mut m = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut m))
+        .is_ok()
+        && &m == b"PERFILE2"
+}
+
+/// A CSV of the rows of a perf.data, removed when dropped: `report` and `plot` read it
+/// as they read a recording.
+pub struct Imported(PathBuf);
+
+impl Imported {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Imported {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `path` as rows: itself, or for a perf.data the rows imported into a temporary CSV.
+pub fn rows_of(path: &Path) -> Result<Option<Imported>> {
+    if !is_perf_data(path) {
+        return Ok(None);
+    }
+    let out = std::env::temp_dir().join(format!("ntprof-import-{}.csv", std::process::id()));
+    let out = Imported(out);
+    let a = ImportArgs {
+        file: path.to_path_buf(),
+        profile: None,
+        output: vec![out.path().to_path_buf()],
+        format: None,
+        min_latency: None,
+        tracefs: None,
+    };
+    import(&a)?;
+    Ok(Some(out))
+}

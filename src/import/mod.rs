@@ -1,0 +1,759 @@
+//! Replay a `perf.data` someone recorded with stock `perf record` through the same
+//! decoders, ordering, correlators and sinks as a live run.
+//!
+//! Reading the file is mstange's `linux-perf-data`: it walks the records (sorted by time
+//! with perf's FINISHED_ROUND records) and gives each sample's attribute and raw payload.
+//! The formats come from the file's tracing-data section ([`tracing_data`]), parsed by our
+//! own format parser through an in-memory [`Tracefs`], so the profile's layouts bind
+//! exactly as on the recording kernel. This module does not choose a profile or a sink
+//! and prints nothing: the command line does.
+//!
+//! A corrupted or truncated file is an [`ImportError`], never a panic: the sizes the
+//! crate would allocate from (the file header's sections, the event descriptions) are
+//! checked against the file before it reads them.
+
+pub mod tracing_data;
+
+use crate::pipeline::{RecordSink, Stages};
+use crate::profile::{self, Profile};
+use crate::sink::time::WallClock;
+use crate::sink::{Health, SinkError};
+use crate::tracefs::{parse_format, Tracefs};
+use linux_perf_data::linux_perf_event_reader::{
+    ClockId, EventRecord, PerfClock, PerfEventType, SampleFormat,
+};
+use linux_perf_data::{Feature, PerfFile, PerfFileReader, PerfFileRecord, PerfRecordIter};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// Why a perf.data cannot be imported.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("cannot open {}: {source}", path.display())]
+    Open { path: PathBuf, source: io::Error },
+    #[error("{}: not a perf.data file (no PERFILE2 magic at its start)", path.display())]
+    NotPerfData { path: PathBuf },
+    #[error("{}: a big-endian capture; import it on a big-endian host or convert it with `perf inject`", path.display())]
+    BigEndian { path: PathBuf },
+    #[error("{}: the file is truncated or corrupted: {what}; record it again, or check the copy (a capture still being written has no valid header: stop perf first)", path.display())]
+    Corrupt { path: PathBuf, what: String },
+    #[error("{}: {source}; the file is truncated or corrupted", path.display())]
+    Parse {
+        path: PathBuf,
+        source: linux_perf_data::Error,
+    },
+    #[error("{}: the capture has no tracing data (event formats); give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
+    NoTracingData { path: PathBuf },
+    #[error("{}: its tracing data cannot be read: {source}; give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
+    TracingData {
+        path: PathBuf,
+        source: tracing_data::TracingDataError,
+    },
+    #[error("{}: event {event} does not record {what} (perf record -e … must sample it; use the line `ntprof-perf list --perf-record PROFILE` prints)", path.display())]
+    SampleFormat {
+        path: PathBuf,
+        event: String,
+        what: &'static str,
+    },
+    #[error("{}: the capture holds no tracepoint events", path.display())]
+    NoTracepoints { path: PathBuf },
+    #[error("{}: tracepoint id {id} is not in the formats ({origin}); the formats are from another kernel", path.display())]
+    UnknownId {
+        path: PathBuf,
+        id: u64,
+        origin: String,
+    },
+    #[error("{}: no profile has all its required events in the capture (events: {events}); record with the line `ntprof-perf list --perf-record PROFILE` prints", path.display())]
+    NoProfile { path: PathBuf, events: String },
+    #[error("{}: the capture fits the profiles {candidates} alike; choose one with --profile", path.display())]
+    AmbiguousProfile { path: PathBuf, candidates: String },
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+}
+
+/// The clock a capture's samples are stamped with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureClock {
+    /// perf's default clock (`local_clock`, no `-k`): not the wall clock, not
+    /// CLOCK_MONOTONIC; rows can only be placed relative to each other.
+    PerfDefault,
+    /// `perf record -k ID`; `wall_offset_ns` (realtime − this clock) when the file has a
+    /// CLOCK_DATA section (perf ≥ 5.13 writes it with `-k`).
+    Id {
+        id: i32,
+        wall_offset_ns: Option<i128>,
+    },
+}
+
+impl CaptureClock {
+    /// The offset that turns sample times into wall-clock times; 0 when the file does not
+    /// give it (start times are then relative: the epoch plus the sample clock).
+    pub fn wall(&self) -> WallClock {
+        match self {
+            CaptureClock::Id {
+                wall_offset_ns: Some(o),
+                ..
+            } => WallClock::with_offset(*o),
+            _ => WallClock::with_offset(0),
+        }
+    }
+
+    pub fn is_wall(&self) -> bool {
+        matches!(
+            self,
+            CaptureClock::Id {
+                wall_offset_ns: Some(_),
+                ..
+            }
+        )
+    }
+
+    /// For the exit line: which clock, and whether start times are wall-clock.
+    pub fn describe(&self) -> String {
+        let name = |id: i32| match id {
+            libc::CLOCK_MONOTONIC => "CLOCK_MONOTONIC (perf record -k mono)".to_string(),
+            libc::CLOCK_MONOTONIC_RAW => "CLOCK_MONOTONIC_RAW (-k monotonic_raw)".to_string(),
+            libc::CLOCK_REALTIME => "CLOCK_REALTIME (-k realtime)".to_string(),
+            libc::CLOCK_BOOTTIME => "CLOCK_BOOTTIME (-k boottime)".to_string(),
+            libc::CLOCK_TAI => "CLOCK_TAI (-k tai)".to_string(),
+            other => format!("clock id {other}"),
+        };
+        match self {
+            CaptureClock::PerfDefault => "perf's default clock (no -k): start times are relative (seconds since boot shown from the epoch), latencies are exact".to_string(),
+            CaptureClock::Id { id, wall_offset_ns: Some(_) } => {
+                format!("{}, start times are wall-clock (from the file's clock data)", name(*id))
+            }
+            CaptureClock::Id { id, wall_offset_ns: None } => format!(
+                "{}, but the file has no clock data: start times are relative (clock shown from the epoch)",
+                name(*id)
+            ),
+        }
+    }
+}
+
+/// The records of a capture, file or stream.
+enum Records {
+    File(PerfRecordIter<BufReader<File>>),
+    Pipe(PerfRecordIter<Splice<Box<dyn Read>>>),
+}
+
+/// An opened capture: its formats, events and clock, its records not yet read.
+pub struct Capture {
+    pub path: PathBuf,
+    /// A pipe-mode capture (`perf record -o -`).
+    pub pipe: bool,
+    /// The formats to bind layouts with: the file's own, or `--tracefs DIR`.
+    pub formats: Tracefs,
+    /// `system:event` of every tracepoint the capture samples, in attribute order.
+    pub events: Vec<String>,
+    pub clock: CaptureClock,
+    /// Where it was recorded (perf's HOSTNAME and OSRELEASE sections), when said.
+    pub host: Option<String>,
+    pub kernel: Option<String>,
+    file: PerfFile,
+    records: Records,
+}
+
+/// `PERF_RECORD_LOST_SAMPLES`: perf writes one per event and CPU at the end with the
+/// kernel's lost count for that event (`PERF_FORMAT_LOST`).
+const RECORD_LOST_SAMPLES: u32 = 13;
+/// `PERF_RECORD_HEADER_TRACING_DATA`: in a stream, the tracing data follows the record.
+const RECORD_TRACING_DATA: u32 = 66;
+/// `PERF_RECORD_AUXTRACE`: its data follows the record too.
+const RECORD_AUXTRACE: u32 = 71;
+/// `PERF_RECORD_HEADER_FEATURE`.
+const RECORD_FEATURE: u32 = 80;
+/// perf's `HEADER_EVENT_DESC` feature bit.
+const FEATURE_EVENT_DESC: u64 = 12;
+
+/// The file header: magic, size, attr_size, then (offset, size) of the attrs, data and
+/// (unused) event types sections, then the feature bitmap.
+const FILE_HEADER: usize = 104;
+const PIPE_HEADER: u64 = 16;
+
+impl Capture {
+    /// Open `path` (`-` is standard input, a stream). `tracefs`: formats to use instead
+    /// of the file's own (`--tracefs DIR`; also the fallback when it has none).
+    pub fn open(path: &Path, tracefs: Option<&Tracefs>) -> Result<Capture, ImportError> {
+        let stdin = path == Path::new("-");
+        let mut input: Box<dyn Read> = if stdin {
+            Box::new(io::stdin())
+        } else {
+            Box::new(File::open(path).map_err(|source| ImportError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?)
+        };
+        let corrupt = |what: String| ImportError::Corrupt {
+            path: path.to_path_buf(),
+            what,
+        };
+        let mut head = [0u8; 16];
+        let got = read_full(&mut input, &mut head).map_err(|source| ImportError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if head[..got.min(8)] == b"2ELIFREP"[..got.min(8)] && got >= 8 {
+            return Err(ImportError::BigEndian {
+                path: path.to_path_buf(),
+            });
+        }
+        if got < 8 || &head[..8] != b"PERFILE2" {
+            return Err(ImportError::NotPerfData {
+                path: path.to_path_buf(),
+            });
+        }
+        if got < 16 {
+            return Err(corrupt(format!("it ends at byte {got}, inside the header")));
+        }
+        let header_size = u64::from_le_bytes(head[8..16].try_into().unwrap_or_default());
+        let parse_err = |source| ImportError::Parse {
+            path: path.to_path_buf(),
+            source,
+        };
+        let (file, records, stream_tracing) = if header_size == PIPE_HEADER {
+            let tracing = Rc::new(RefCell::new(None));
+            let splice = Splice {
+                inner: input,
+                pending: head.to_vec(),
+                pos: 0,
+                tracing: Rc::clone(&tracing),
+            };
+            let reader = PerfFileReader::parse_pipe(splice).map_err(parse_err)?;
+            let data = tracing.borrow_mut().take();
+            (reader.perf_file, Records::Pipe(reader.record_iter), data)
+        } else {
+            if stdin {
+                return Err(corrupt(
+                    "standard input holds a file-mode capture; a stream must be recorded with `perf record -o -`".into(),
+                ));
+            }
+            if header_size != FILE_HEADER as u64 {
+                return Err(corrupt(format!(
+                    "its header says it is {header_size} bytes, perf writes {FILE_HEADER}"
+                )));
+            }
+            let mut f = File::open(path).map_err(|source| ImportError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            check_file_layout(&mut f).map_err(corrupt)?;
+            f.seek(SeekFrom::Start(0))
+                .map_err(|source| ImportError::Open {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            let reader = PerfFileReader::parse_file(BufReader::new(f)).map_err(parse_err)?;
+            (reader.perf_file, Records::File(reader.record_iter), None)
+        };
+        Capture::describe(path, file, records, stream_tracing, tracefs)
+    }
+
+    fn describe(
+        path: &Path,
+        file: PerfFile,
+        records: Records,
+        stream_tracing: Option<Result<Vec<u8>, String>>,
+        tracefs: Option<&Tracefs>,
+    ) -> Result<Capture, ImportError> {
+        let pipe = matches!(records, Records::Pipe(_));
+        let p = || path.to_path_buf();
+        let blob = match stream_tracing {
+            Some(Err(what)) => {
+                return Err(ImportError::Corrupt { path: p(), what });
+            }
+            Some(Ok(b)) => Some(b),
+            None => file
+                .feature_section_data(Feature::TRACING_DATA)
+                .map(<[u8]>::to_vec),
+        };
+        // The file's own formats; --tracefs takes precedence and stands in when the
+        // file has none.
+        let formats = match (tracefs, blob) {
+            (Some(t), _) => t.clone(),
+            (None, None) => return Err(ImportError::NoTracingData { path: p() }),
+            (None, Some(b)) => {
+                let texts = tracing_data::parse(&b)
+                    .map_err(|source| ImportError::TracingData { path: p(), source })?;
+                let mut m = BTreeMap::new();
+                for t in texts {
+                    // An unparsable format is reported when a profile asks for it.
+                    let name = parse_format(&t.text).map(|f| f.name).unwrap_or_default();
+                    if !name.is_empty() {
+                        m.insert((t.system, name), t.text);
+                    }
+                }
+                Tracefs::in_memory(path, m)
+            }
+        };
+        let by_id = ids(&formats);
+        let mut events = Vec::new();
+        let mut clock = CaptureClock::PerfDefault;
+        for a in file.event_attributes() {
+            let PerfEventType::Tracepoint(id) = a.attr.type_ else {
+                continue;
+            };
+            let name = match by_id.get(&id) {
+                Some(n) => n.clone(),
+                None => {
+                    return Err(ImportError::UnknownId {
+                        path: p(),
+                        id,
+                        origin: formats.root().display().to_string(),
+                    })
+                }
+            };
+            for (flag, what) in [
+                (
+                    SampleFormat::RAW,
+                    "the raw record (-e with a tracepoint records it)",
+                ),
+                (SampleFormat::TIME, "the time (PERF_SAMPLE_TIME)"),
+            ] {
+                if !a.attr.sample_format.contains(flag) {
+                    return Err(ImportError::SampleFormat {
+                        path: p(),
+                        event: name,
+                        what,
+                    });
+                }
+            }
+            if let PerfClock::ClockId(c) = a.attr.clock {
+                clock = CaptureClock::Id {
+                    id: clock_id(c),
+                    wall_offset_ns: None,
+                };
+            }
+            if !events.contains(&name) {
+                events.push(name);
+            }
+        }
+        if events.is_empty() {
+            return Err(ImportError::NoTracepoints { path: p() });
+        }
+        if let CaptureClock::Id { id, .. } = clock {
+            if let Ok(Some(cd)) = file.clock_data() {
+                if cd.clockid as i32 == id {
+                    clock = CaptureClock::Id {
+                        id,
+                        wall_offset_ns: Some(cd.wall_clock_ns as i128 - cd.clockid_time_ns as i128),
+                    };
+                }
+            }
+        }
+        let host = file.hostname().ok().flatten().map(str::to_string);
+        let kernel = file.os_release().ok().flatten().map(str::to_string);
+        Ok(Capture {
+            path: p(),
+            pipe,
+            formats,
+            events,
+            clock,
+            host,
+            kernel,
+            file,
+            records,
+        })
+    }
+
+    /// The profile `name`, or the one whose required events are all in the capture (of
+    /// several, the one that uses most of the capture's events).
+    pub fn profile(&self, name: Option<&str>) -> Result<&'static dyn Profile, ImportError> {
+        if let Some(n) = name {
+            // An unknown name: the caller's own message lists the profiles.
+            return profile::find(n).ok_or_else(|| ImportError::NoProfile {
+                path: self.path.clone(),
+                events: self.events.join(", "),
+            });
+        }
+        let has = |s: &str, e: &str| self.events.iter().any(|x| *x == format!("{s}:{e}"));
+        let mut fits: Vec<(usize, &'static dyn Profile)> = profile::all()
+            .iter()
+            .filter(|p| {
+                p.events()
+                    .iter()
+                    .all(|r| !r.required || has(r.system, r.event))
+            })
+            .map(|p| {
+                let used = p.events().iter().filter(|r| has(r.system, r.event)).count();
+                (used, *p)
+            })
+            .collect();
+        fits.sort_by_key(|f| std::cmp::Reverse(f.0));
+        match fits[..] {
+            [] => Err(ImportError::NoProfile {
+                path: self.path.clone(),
+                events: self.events.join(", "),
+            }),
+            [(n, _), (m, _), ..] if n == m => Err(ImportError::AmbiguousProfile {
+                path: self.path.clone(),
+                candidates: fits
+                    .iter()
+                    .filter(|f| f.0 == n)
+                    .map(|f| f.1.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+            [(_, p), ..] => Ok(p),
+        }
+    }
+
+    /// Feed every sample through `pipe` into `sink`, then finish; the run's counters with
+    /// the capture's LOST and THROTTLE records counted as a live run counts them.
+    pub fn replay(
+        mut self,
+        pipe: &mut dyn Stages,
+        sink: &mut dyn RecordSink,
+    ) -> Result<Health, ImportError> {
+        let mut tally = Tally::default();
+        let mut first_err = None;
+        let path = self.path.clone();
+        let res = match &mut self.records {
+            Records::File(it) => feed(it, &mut self.file, pipe, sink, &mut tally, &mut first_err),
+            Records::Pipe(it) => feed(it, &mut self.file, pipe, sink, &mut tally, &mut first_err),
+        };
+        if let Err(source) = res {
+            return Err(ImportError::Parse { path, source });
+        }
+        if let Some(e) = first_err {
+            return Err(e.into());
+        }
+        pipe.finish(&mut |r, n| deliver(sink, r, n, &mut first_err));
+        if let Some(e) = first_err {
+            return Err(e.into());
+        }
+        let mut h = pipe.health();
+        h.bad_records += tally.bad;
+        // A ring's LOST records and the events' own lost counts (LOST_SAMPLES) count the
+        // same losses: per CPU, the larger of the two.
+        let mut lost = tally.lost;
+        for (cpu, n) in tally.lost_samples {
+            let e = lost.entry(cpu).or_insert(0);
+            *e = (*e).max(n);
+        }
+        h.set_losses(lost.into_iter().collect(), Vec::new());
+        h.throttled = tally.throttled;
+        h.unthrottled = tally.unthrottled;
+        Ok(h)
+    }
+}
+
+/// The kernel's number for a clock the crate names.
+fn clock_id(c: ClockId) -> i32 {
+    match c {
+        ClockId::Realtime => libc::CLOCK_REALTIME,
+        ClockId::Monotonic => libc::CLOCK_MONOTONIC,
+        ClockId::ProcessCputimeId => libc::CLOCK_PROCESS_CPUTIME_ID,
+        ClockId::ThreadCputimeId => libc::CLOCK_THREAD_CPUTIME_ID,
+        ClockId::MonotonicRaw => libc::CLOCK_MONOTONIC_RAW,
+        ClockId::RealtimeCoarse => libc::CLOCK_REALTIME_COARSE,
+        ClockId::MonotonicCoarse => libc::CLOCK_MONOTONIC_COARSE,
+        ClockId::Boottime => libc::CLOCK_BOOTTIME,
+        ClockId::RealtimeAlarm => libc::CLOCK_REALTIME_ALARM,
+        ClockId::BoottimeAlarm => libc::CLOCK_BOOTTIME_ALARM,
+        _ => -1,
+    }
+}
+
+/// `system:event` by tracepoint id, for every format the tree holds. For a directory
+/// tree, every format under it.
+fn ids(t: &Tracefs) -> HashMap<u64, String> {
+    let mut m = HashMap::new();
+    let mut add = |sys: &str, ev: &str| {
+        if let Ok(f) = t.event(sys, ev) {
+            m.insert(f.id, format!("{sys}:{ev}"));
+        }
+    };
+    let mem = t.in_memory_events();
+    if mem.is_empty() {
+        for p in t.all_format_paths().unwrap_or_default() {
+            let ev = p.parent();
+            let sys = ev.and_then(Path::parent);
+            if let (Some(e), Some(s)) = (
+                ev.and_then(Path::file_name).and_then(|x| x.to_str()),
+                sys.and_then(Path::file_name).and_then(|x| x.to_str()),
+            ) {
+                add(s, e);
+            }
+        }
+    } else {
+        for (s, e) in mem {
+            add(&s, &e);
+        }
+    }
+    m
+}
+
+#[derive(Default)]
+struct Tally {
+    lost: BTreeMap<u32, u64>,
+    lost_samples: BTreeMap<u32, u64>,
+    throttled: u64,
+    unthrottled: u64,
+    bad: u64,
+}
+
+/// Samples between two rounds of the sorter.
+const ROUND: u32 = 4096;
+
+fn feed<R: Read>(
+    it: &mut PerfRecordIter<R>,
+    file: &mut PerfFile,
+    pipe: &mut dyn Stages,
+    sink: &mut dyn RecordSink,
+    tally: &mut Tally,
+    first_err: &mut Option<SinkError>,
+) -> Result<(), linux_perf_data::Error> {
+    let mut since_round = 0u32;
+    while let Some(rec) = it.next_record(file)? {
+        let PerfFileRecord::EventRecord { record, .. } = rec else {
+            continue;
+        };
+        let cpu = || record.common_data().ok().and_then(|c| c.cpu).unwrap_or(0);
+        match record.parse() {
+            Ok(EventRecord::Sample(s)) => {
+                let (Some(raw), Some(t)) = (s.raw, s.timestamp) else {
+                    continue;
+                };
+                // The crate hands out records in time order (perf's rounds), so the
+                // time of this sample bounds every later one: a round may start here.
+                if since_round >= ROUND {
+                    pipe.begin_round(t);
+                    pipe.end_round(&mut |r, n| deliver(sink, r, n, first_err));
+                    since_round = 0;
+                }
+                pipe.sample(t, s.cpu.unwrap_or(0), &raw.as_slice());
+                since_round += 1;
+            }
+            Ok(EventRecord::Lost(l)) => *tally.lost.entry(cpu()).or_insert(0) += l.count,
+            Ok(EventRecord::Throttle(_)) => tally.throttled += 1,
+            Ok(EventRecord::Unthrottle(_)) => tally.unthrottled += 1,
+            Ok(EventRecord::Raw(r)) if r.record_type.0 == RECORD_LOST_SAMPLES => {
+                let d = r.data.as_slice();
+                match d.len() >= 8 {
+                    true => *tally.lost_samples.entry(cpu()).or_insert(0) += le64(&d, 0),
+                    false => tally.bad += 1,
+                }
+            }
+            Ok(_) => {}
+            Err(_) => tally.bad += 1,
+        }
+        if first_err.is_some() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn deliver(
+    sink: &mut dyn RecordSink,
+    r: &dyn crate::record::IoRecord,
+    sample: u32,
+    first_err: &mut Option<SinkError>,
+) {
+    if first_err.is_none() {
+        if let Err(e) = sink.record(r, sample) {
+            *first_err = Some(e);
+        }
+    }
+}
+
+/// Fill `buf` as far as the input goes; the count read.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+/// Every section the file header names lies inside the file, and the event
+/// descriptions' counts fit their section: the crate allocates from these sizes.
+fn check_file_layout(f: &mut File) -> Result<(), String> {
+    let len = f.metadata().map_err(|e| e.to_string())?.len();
+    let mut h = [0u8; FILE_HEADER];
+    if read_full(f, &mut h).map_err(|e| e.to_string())? < FILE_HEADER {
+        return Err(format!("it is {len} bytes, shorter than perf's header"));
+    }
+    let inside = |what: &str, off: u64, size: u64| match off.checked_add(size) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(format!(
+            "its {what} section (bytes {off}..+{size}) is beyond its end ({len} bytes)"
+        )),
+    };
+    inside("attributes", le64(&h, 24), le64(&h, 32))?;
+    let (data_off, data_size) = (le64(&h, 40), le64(&h, 48));
+    inside("data", data_off, data_size)?;
+    inside("event types", le64(&h, 56), le64(&h, 64))?;
+    let bits: Vec<u64> = (0..4).map(|i| le64(&h, 72 + 8 * i)).collect();
+    let features: Vec<u64> = (0..256u64)
+        .filter(|b| bits[(b / 64) as usize] & (1 << (b % 64)) != 0)
+        .collect();
+    let table = data_off + data_size;
+    inside("feature table", table, 16 * features.len() as u64)?;
+    f.seek(SeekFrom::Start(table)).map_err(|e| e.to_string())?;
+    let mut t = vec![0u8; 16 * features.len()];
+    f.read_exact(&mut t).map_err(|e| e.to_string())?;
+    for (i, feat) in features.iter().enumerate() {
+        let (off, size) = (le64(&t, 16 * i), le64(&t, 16 * i + 8));
+        inside(&format!("feature {feat}"), off, size)?;
+        if *feat == FEATURE_EVENT_DESC {
+            let mut d = vec![0u8; size as usize];
+            f.seek(SeekFrom::Start(off)).map_err(|e| e.to_string())?;
+            f.read_exact(&mut d).map_err(|e| e.to_string())?;
+            check_event_desc(&d)?;
+        }
+    }
+    Ok(())
+}
+
+/// The event descriptions (`HEADER_EVENT_DESC`: count, attr size, then per event the
+/// attr, a u32 id count, a u32-sized name and the ids) fit in `d`.
+fn check_event_desc(d: &[u8]) -> Result<(), String> {
+    let bad = || "its event descriptions do not fit their section".to_string();
+    let nr = le32(d, 0) as usize;
+    let attr_size = le32(d, 4) as usize;
+    let mut at = 8usize;
+    for _ in 0..nr {
+        at = at.checked_add(attr_size).ok_or_else(bad)?;
+        let ids = le32(d, at) as usize;
+        let name = le32(d, at + 4) as usize;
+        at = at
+            .checked_add(8)
+            .and_then(|a| a.checked_add(name))
+            .and_then(|a| a.checked_add(ids.checked_mul(8)?))
+            .ok_or_else(bad)?;
+        if at > d.len() {
+            return Err(bad());
+        }
+    }
+    Ok(())
+}
+
+/// A stream (`perf record -o -`) as the crate can read it: perf writes the tracing data
+/// *after* its PERF_RECORD_HEADER_TRACING_DATA record, outside the record's size, which
+/// the crate would read as records. This takes the data out of the stream, whole
+/// records at a time, and keeps it for [`Capture`]; it also checks the event
+/// descriptions a stream's feature records carry, as [`check_file_layout`] does.
+struct Splice<R> {
+    inner: R,
+    pending: Vec<u8>,
+    pos: usize,
+    /// The tracing data once seen, or why it could not be read whole.
+    tracing: Rc<RefCell<Option<Result<Vec<u8>, String>>>>,
+}
+
+impl<R: Read> Splice<R> {
+    /// Load the next record (header, body, and for AUXTRACE its trailing data) into
+    /// `pending`; an empty `pending` is the end of the stream. A record cut short is
+    /// passed on as far as it goes: the crate reports it.
+    fn refill(&mut self) -> io::Result<()> {
+        self.pending.clear();
+        self.pos = 0;
+        let mut h = [0u8; 8];
+        let got = read_full(&mut self.inner, &mut h)?;
+        self.pending.extend_from_slice(&h[..got]);
+        if got < 8 {
+            return Ok(());
+        }
+        let kind = le32(&h, 0);
+        let size = u16::from_le_bytes([h[6], h[7]]) as usize;
+        let mut body = vec![0u8; size.saturating_sub(8)];
+        let got = read_full(&mut self.inner, &mut body)?;
+        body.truncate(got);
+        if kind == RECORD_FEATURE && le64(&body, 0) == FEATURE_EVENT_DESC {
+            if let Err(what) = check_event_desc(&body[8.min(body.len())..]) {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, what));
+            }
+        }
+        self.pending.extend_from_slice(&body);
+        if kind == RECORD_TRACING_DATA && body.len() >= 4 {
+            let n = (le32(&body, 0) as u64).next_multiple_of(8);
+            let mut data = Vec::new();
+            (&mut self.inner).take(n).read_to_end(&mut data)?;
+            let r = if data.len() as u64 == n {
+                Ok(data)
+            } else {
+                Err(format!(
+                    "the stream ends inside its tracing data ({} of {n} bytes)",
+                    data.len()
+                ))
+            };
+            *self.tracing.borrow_mut() = Some(r);
+        } else if kind == RECORD_AUXTRACE && body.len() >= 8 {
+            (&mut self.inner)
+                .take(le64(&body, 0))
+                .read_to_end(&mut self.pending)?;
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read> Read for Splice<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos >= self.pending.len() {
+            self.refill()?;
+        }
+        let n = buf.len().min(self.pending.len() - self.pos);
+        buf[..n].copy_from_slice(&self.pending[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_desc_counts_must_fit() {
+        let mut d = Vec::new();
+        d.extend_from_slice(&1u32.to_le_bytes());
+        d.extend_from_slice(&8u32.to_le_bytes());
+        d.extend_from_slice(&[0; 8]);
+        d.extend_from_slice(&1u32.to_le_bytes());
+        d.extend_from_slice(&4u32.to_le_bytes());
+        d.extend_from_slice(b"abc\0");
+        d.extend_from_slice(&7u64.to_le_bytes());
+        assert!(check_event_desc(&d).is_ok());
+        let mut huge = d.clone();
+        huge[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(check_event_desc(&huge).is_err());
+        let mut ids = d.clone();
+        ids[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(check_event_desc(&ids).is_err());
+    }
+
+    #[test]
+    fn the_clock_says_whether_start_times_are_wall_clock() {
+        let mono = CaptureClock::Id {
+            id: libc::CLOCK_MONOTONIC,
+            wall_offset_ns: Some(5),
+        };
+        assert!(mono.is_wall() && mono.describe().contains("-k mono"));
+        assert_eq!(mono.wall().wall_ns(1), 6);
+        assert!(!CaptureClock::PerfDefault.is_wall());
+        assert!(CaptureClock::PerfDefault.describe().contains("relative"));
+    }
+}
