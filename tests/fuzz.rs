@@ -1,6 +1,6 @@
 //! Garbage input never panics: seeded random and mutated inputs for every parser that
 //! reads bytes it does not control (format files, tracepoint samples, perf rings and
-//! records), through the public API.
+//! records, perf.data captures), through the public API.
 //!
 //! Each target is one function `fn(&mut Rng) -> bool` that builds an input, feeds it,
 //! checks what must hold whatever the input, and says whether the input was accepted.
@@ -46,6 +46,7 @@ targets! {
     ring_walker: 200_000 => ring_walker_input;
     perf_record: 300_000 => perf_record_input;
     recorded_rows: 150_000 => recorded_rows_input;
+    perf_data: 20_000 => perf_data_input;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -767,4 +768,98 @@ fn recorded_rows_input(rng: &mut Rng) -> bool {
         assert!(out.len() <= n && st.paired as usize <= n);
     }
     accepted
+}
+
+// ---------------------------------------------------------------------------------------
+// perf.data captures (`import`)
+
+/// The two real captures of `tests/fixtures/` (4 direct 4 KiB writes, block profile):
+/// file mode and pipe mode.
+fn captures() -> &'static [Vec<u8>] {
+    static CAPTURES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    CAPTURES.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        ["block-4-writes.perf.data", "block-4-writes.pipe.perf.data"]
+            .iter()
+            .map(|n| std::fs::read(dir.join(n)).unwrap())
+            .collect()
+    })
+}
+
+/// Counts rows; what `import` would write.
+struct Rows(u64);
+
+impl ntprof_perf::pipeline::RecordSink for Rows {
+    fn record(
+        &mut self,
+        _: &dyn ntprof_perf::record::IoRecord,
+        _: u32,
+    ) -> Result<(), ntprof_perf::sink::SinkError> {
+        self.0 += 1;
+        Ok(())
+    }
+}
+
+/// A capture opened, its profile guessed, planned and replayed: the rows, or `None`
+/// when any step refused it.
+fn import_bytes(bytes: Vec<u8>) -> Option<u64> {
+    use ntprof_perf::import::Capture;
+    let cap = Capture::from_bytes(Path::new("fuzz.data"), bytes, None).ok()?;
+    let p = cap.profile(None).ok()?;
+    let sys = ntprof_perf::device::SysBlock::at(Path::new("/nonexistent-sysfs"));
+    let mut plan = cap.plan(p, sys).ok()?;
+    let mut rows = Rows(0);
+    cap.replay(plan.stages.as_mut(), &mut rows).ok()?;
+    Some(rows.0)
+}
+
+/// `import` of a real capture cut short or with bytes changed (anywhere, or in its
+/// first 2 KiB where the header, attributes and first records are). Accepted: rows
+/// came out. An intact capture gives its 4 rows.
+fn perf_data_input(rng: &mut Rng) -> bool {
+    let mut b = rng.pick(captures()).clone();
+    let intact = rng.chance(2);
+    if !intact {
+        if rng.chance(35) {
+            b.truncate(rng.usize(b.len()));
+        } else {
+            for _ in 0..=rng.below(8) {
+                let span = if rng.chance(50) {
+                    b.len().min(2048)
+                } else {
+                    b.len()
+                };
+                let i = rng.usize(span);
+                b[i] = if rng.chance(50) {
+                    rng.byte()
+                } else {
+                    rng.edgy() as u8
+                };
+            }
+        }
+    }
+    let rows = import_bytes(b);
+    if intact {
+        assert_eq!(rows, Some(4), "an intact capture");
+    }
+    rows.is_some()
+}
+
+/// Every prefix of both captures: an error or rows, never a panic; a prefix that stops
+/// before the end of a file-mode capture's feature sections is always an error.
+#[test]
+fn perf_data_every_prefix() {
+    for (k, c) in captures().iter().enumerate() {
+        let mut accepted = 0;
+        for n in 0..c.len() {
+            let got = catch_unwind(AssertUnwindSafe(|| import_bytes(c[..n].to_vec())))
+                .unwrap_or_else(|_| panic!("capture {k}: prefix {n} panicked"));
+            accepted += u64::from(got.is_some());
+            if k == 0 {
+                assert!(got.is_none(), "file-mode capture: prefix {n} imported");
+            }
+        }
+        assert_eq!(import_bytes(c.clone()), Some(4), "capture {k} whole");
+        eprintln!("capture {k}: {accepted} of {} prefixes imported", c.len());
+    }
 }

@@ -4,11 +4,11 @@
 
 use super::args::{ImportArgs, StatArgs};
 use super::live::row_writer;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::parser::ValueSource;
 use ntprof_perf::device::SysBlock;
 use ntprof_perf::import::Capture;
-use ntprof_perf::profile::{self, Plan, PlanCtx, Profile};
+use ntprof_perf::profile::{self, Plan, Profile};
 use ntprof_perf::sink::parquet::FileInfo;
 use ntprof_perf::sink::recorder::{Recorder, StatusLine};
 use ntprof_perf::sink::stat::StatSink;
@@ -36,12 +36,6 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
         }
     }
     let p = cap.profile(name)?;
-    // The profile's flags at their defaults: perf's own filters already chose what
-    // the capture holds, so nothing is selected again here.
-    let m = super::args::command()
-        .try_get_matches_from(["ntprof-perf", "record", "-p", p.name()])
-        .context("the profile's default flags")?;
-    let flags = m.subcommand().map(|(_, s)| s.clone()).unwrap_or_default();
     let here = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok();
@@ -57,15 +51,10 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
         );
         SysBlock::at(Path::new("/nonexistent-sysfs"))
     };
-    let ctx = PlanCtx {
-        profile: p.name(),
-        status: profile::check(p, &cap.formats),
-        tfs: &cap.formats,
-        args: &flags,
-        sys,
-        max_rate: None,
-    };
-    let plan = p.plan(&ctx)?;
+    let plan = cap.plan(p, sys)?;
+    for n in &plan.notes {
+        eprintln!("ntprof-perf: {n}");
+    }
     Ok(Prepared {
         cap,
         profile: p,

@@ -46,6 +46,10 @@ pub enum ImportError {
         path: PathBuf,
         source: linux_perf_data::Error,
     },
+    #[error("standard input holds a file-mode perf.data, which is read by seeking: give its name instead of `-` (a stream is what `perf record -o -` writes)")]
+    NotAStream,
+    #[error("{}: a compressed capture (perf record -z); decompress it with `perf inject -i FILE -o PLAIN` or record without -z", path.display())]
+    Compressed { path: PathBuf },
     #[error("{}: the capture has no tracing data (event formats); give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
     NoTracingData { path: PathBuf },
     #[error("{}: its tracing data cannot be read: {source}; give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
@@ -137,8 +141,39 @@ impl CaptureClock {
 
 /// The records of a capture, file or stream.
 enum Records {
-    File(PerfRecordIter<BufReader<File>>),
+    File(PerfRecordIter<Box<dyn ReadSeek>>),
     Pipe(PerfRecordIter<Splice<Box<dyn Read>>>),
+}
+
+/// A file, or bytes in memory.
+trait ReadSeek: Read + Seek {}
+impl<T: Read + Seek> ReadSeek for T {}
+
+/// The first 16 bytes (magic and header size), and how many there were.
+fn header(r: &mut dyn Read) -> io::Result<([u8; 16], usize)> {
+    let mut head = [0u8; 16];
+    let got = read_full(r, &mut head)?;
+    Ok((head, got))
+}
+
+/// A stream's header is 16 bytes (magic and its own size); a file's is larger.
+fn pipe_mode(head: &[u8; 16]) -> bool {
+    le64(head, 8) == PIPE_HEADER
+}
+
+/// The crate's error, said as what to do.
+fn parse_error(path: &Path, source: linux_perf_data::Error) -> ImportError {
+    match &source {
+        linux_perf_data::Error::IoError(e) if e.kind() == io::ErrorKind::Unsupported => {
+            ImportError::Compressed {
+                path: path.to_path_buf(),
+            }
+        }
+        _ => ImportError::Parse {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
 }
 
 /// An opened capture: its formats, events and clock, its records not yet read.
@@ -179,25 +214,34 @@ impl Capture {
     /// Open `path` (`-` is standard input, a stream). `tracefs`: formats to use instead
     /// of the file's own (`--tracefs DIR`; also the fallback when it has none).
     pub fn open(path: &Path, tracefs: Option<&Tracefs>) -> Result<Capture, ImportError> {
-        let stdin = path == Path::new("-");
-        let mut input: Box<dyn Read> = if stdin {
-            Box::new(io::stdin())
-        } else {
-            Box::new(File::open(path).map_err(|source| ImportError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?)
-        };
-        let corrupt = |what: String| ImportError::Corrupt {
-            path: path.to_path_buf(),
-            what,
-        };
-        let mut head = [0u8; 16];
-        let got = read_full(&mut input, &mut head).map_err(|source| ImportError::Open {
+        let open_err = |source| ImportError::Open {
             path: path.to_path_buf(),
             source,
-        })?;
-        if head[..got.min(8)] == b"2ELIFREP"[..got.min(8)] && got >= 8 {
+        };
+        if path == Path::new("-") {
+            let mut input: Box<dyn Read> = Box::new(io::stdin());
+            let (head, got) = header(&mut *input).map_err(open_err)?;
+            Capture::check_magic(path, &head, got)?;
+            if pipe_mode(&head) {
+                return Capture::stream(path, input, head, tracefs);
+            }
+            return Err(ImportError::NotAStream);
+        }
+        let f = File::open(path).map_err(open_err)?;
+        Capture::seekable(path, Box::new(BufReader::new(f)), tracefs)
+    }
+
+    /// A capture held in memory (file or pipe mode); `name` names it in messages.
+    pub fn from_bytes(
+        name: &Path,
+        bytes: Vec<u8>,
+        tracefs: Option<&Tracefs>,
+    ) -> Result<Capture, ImportError> {
+        Capture::seekable(name, Box::new(io::Cursor::new(bytes)), tracefs)
+    }
+
+    fn check_magic(path: &Path, head: &[u8; 16], got: usize) -> Result<(), ImportError> {
+        if got >= 8 && &head[..8] == b"2ELIFREP" {
             return Err(ImportError::BigEndian {
                 path: path.to_path_buf(),
             });
@@ -208,49 +252,99 @@ impl Capture {
             });
         }
         if got < 16 {
-            return Err(corrupt(format!("it ends at byte {got}, inside the header")));
+            return Err(ImportError::Corrupt {
+                path: path.to_path_buf(),
+                what: format!("it ends at byte {got}, inside the header"),
+            });
         }
-        let header_size = u64::from_le_bytes(head[8..16].try_into().unwrap_or_default());
-        let parse_err = |source| ImportError::Parse {
+        Ok(())
+    }
+
+    fn seekable(
+        path: &Path,
+        mut r: Box<dyn ReadSeek>,
+        tracefs: Option<&Tracefs>,
+    ) -> Result<Capture, ImportError> {
+        let open_err = |source| ImportError::Open {
             path: path.to_path_buf(),
             source,
         };
-        let (file, records, stream_tracing) = if header_size == PIPE_HEADER {
-            let tracing = Rc::new(RefCell::new(None));
-            let splice = Splice {
-                inner: input,
-                pending: head.to_vec(),
-                pos: 0,
-                tracing: Rc::clone(&tracing),
-            };
-            let reader = PerfFileReader::parse_pipe(splice).map_err(parse_err)?;
-            let data = tracing.borrow_mut().take();
-            (reader.perf_file, Records::Pipe(reader.record_iter), data)
-        } else {
-            if stdin {
-                return Err(corrupt(
-                    "standard input holds a file-mode capture; a stream must be recorded with `perf record -o -`".into(),
-                ));
-            }
-            if header_size != FILE_HEADER as u64 {
-                return Err(corrupt(format!(
-                    "its header says it is {header_size} bytes, perf writes {FILE_HEADER}"
-                )));
-            }
-            let mut f = File::open(path).map_err(|source| ImportError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            check_file_layout(&mut f).map_err(corrupt)?;
-            f.seek(SeekFrom::Start(0))
-                .map_err(|source| ImportError::Open {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
-            let reader = PerfFileReader::parse_file(BufReader::new(f)).map_err(parse_err)?;
-            (reader.perf_file, Records::File(reader.record_iter), None)
+        let corrupt = |what: String| ImportError::Corrupt {
+            path: path.to_path_buf(),
+            what,
         };
-        Capture::describe(path, file, records, stream_tracing, tracefs)
+        let (head, got) = header(&mut *r).map_err(open_err)?;
+        Capture::check_magic(path, &head, got)?;
+        if pipe_mode(&head) {
+            return Capture::stream(path, Box::new(r), head, tracefs);
+        }
+        let header_size = le64(&head, 8);
+        if header_size != FILE_HEADER as u64 {
+            return Err(corrupt(format!(
+                "its header says it is {header_size} bytes, perf writes {FILE_HEADER}"
+            )));
+        }
+        check_file_layout(&mut *r).map_err(corrupt)?;
+        r.seek(SeekFrom::Start(0)).map_err(open_err)?;
+        let reader = PerfFileReader::parse_file(r).map_err(|e| parse_error(path, e))?;
+        Capture::describe(
+            path,
+            reader.perf_file,
+            Records::File(reader.record_iter),
+            None,
+            tracefs,
+        )
+    }
+
+    /// A pipe-mode capture whose 16-byte header `head` has been read from `input`.
+    fn stream(
+        path: &Path,
+        input: Box<dyn Read>,
+        head: [u8; 16],
+        tracefs: Option<&Tracefs>,
+    ) -> Result<Capture, ImportError> {
+        let tracing = Rc::new(RefCell::new(None));
+        let splice = Splice {
+            inner: input,
+            pending: head.to_vec(),
+            pos: 0,
+            tracing: Rc::clone(&tracing),
+        };
+        let reader = PerfFileReader::parse_pipe(splice).map_err(|e| parse_error(path, e))?;
+        let data = tracing.borrow_mut().take();
+        Capture::describe(
+            path,
+            reader.perf_file,
+            Records::Pipe(reader.record_iter),
+            data,
+            tracefs,
+        )
+    }
+
+    /// The plan of profile `p` bound to the capture's formats, with the profile's flags
+    /// at their defaults: perf's own filters already chose what the capture holds.
+    /// `sys` names the devices (see `SysBlock`).
+    pub fn plan(
+        &self,
+        p: &'static dyn Profile,
+        sys: crate::device::SysBlock,
+    ) -> Result<profile::Plan, profile::PlanError> {
+        let flags = clap::Command::new("import")
+            .args(p.args())
+            .try_get_matches_from(["import"])
+            .map_err(|e| profile::PlanError::Flag {
+                flag: p.name().to_string(),
+                why: e.to_string(),
+            })?;
+        let ctx = profile::PlanCtx {
+            profile: p.name(),
+            status: profile::check(p, &self.formats),
+            tfs: &self.formats,
+            args: &flags,
+            sys,
+            max_rate: None,
+        };
+        p.plan(&ctx)
     }
 
     fn describe(
@@ -417,7 +511,7 @@ impl Capture {
             Records::Pipe(it) => feed(it, &mut self.file, pipe, sink, &mut tally, &mut first_err),
         };
         if let Err(source) = res {
-            return Err(ImportError::Parse { path, source });
+            return Err(parse_error(&path, source));
         }
         if let Some(e) = first_err {
             return Err(e.into());
@@ -497,6 +591,9 @@ struct Tally {
     bad: u64,
 }
 
+/// SAMPLE, LOST, THROTTLE, UNTHROTTLE and LOST_SAMPLES: the records an import reads.
+const WANTED: [u32; 5] = [9, 2, 5, 6, RECORD_LOST_SAMPLES];
+
 /// Samples between two rounds of the sorter.
 const ROUND: u32 = 4096;
 
@@ -513,6 +610,11 @@ fn feed<R: Read>(
         let PerfFileRecord::EventRecord { record, .. } = rec else {
             continue;
         };
+        // Only the kinds read here are parsed: the crate's parsers of others (MMAP2)
+        // assert on what a corrupted file can hold.
+        if !WANTED.contains(&record.record_type.0) {
+            continue;
+        }
         let cpu = || record.common_data().ok().and_then(|c| c.cpu).unwrap_or(0);
         match record.parse() {
             Ok(EventRecord::Sample(s)) => {
@@ -590,8 +692,9 @@ fn le32(b: &[u8], at: usize) -> u32 {
 
 /// Every section the file header names lies inside the file, and the event
 /// descriptions' counts fit their section: the crate allocates from these sizes.
-fn check_file_layout(f: &mut File) -> Result<(), String> {
-    let len = f.metadata().map_err(|e| e.to_string())?.len();
+fn check_file_layout(f: &mut dyn ReadSeek) -> Result<(), String> {
+    let len = f.seek(SeekFrom::End(0)).map_err(|e| e.to_string())?;
+    f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
     let mut h = [0u8; FILE_HEADER];
     if read_full(f, &mut h).map_err(|e| e.to_string())? < FILE_HEADER {
         return Err(format!("it is {len} bytes, shorter than perf's header"));
