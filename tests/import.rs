@@ -369,3 +369,53 @@ fn broken_captures_are_refused_with_what_to_do() {
     }
     let _ = std::fs::remove_file(bad);
 }
+
+/// A count in `perf script -D`'s dump: the sum of `field:N` over the lines of `record`.
+fn dumped(dump: &str, record: &str, field: &str) -> u64 {
+    dump.lines()
+        .filter(|l| l.contains(record))
+        .filter_map(|l| l.rsplit(field).next()?.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// A capture whose one-page rings overflowed: the exit line's `lost` is perf's own count
+/// of the samples its LOST records (and its per-event LOST_SAMPLES) say were lost, and a
+/// warning says what to do.
+#[test]
+fn lost_records_of_a_capture_are_reported_as_a_live_run_reports_them() {
+    let test = "lost_records_of_a_capture_are_reported_as_a_live_run_reports_them";
+    if !kernel_ready(test)
+        || !tool_ready(test, "perf", &["--version"])
+        || !tool_ready(test, "fio", &["--version"])
+    {
+        return;
+    }
+    let l = LoopDev::new("import-lost", 64);
+    l.scheduler("mq-deadline");
+    let line = perf_line(&l);
+    let data = tmp("import-lost.data");
+    run_ok(Command::new("sh").arg("-c").arg(format!(
+        "{line} -q -m 1 -o {} -- fio --name=lost --filename={} --direct=1 --ioengine=libaio \
+         --iodepth=16 --rw=randread --bs=4k --size=32M --output=/dev/null",
+        data.display(),
+        l.dev
+    )));
+    let dump = run_ok(Command::new("perf").args(["script", "-D", "-i"]).arg(&data));
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let by_ring = dumped(&dump, "PERF_RECORD_LOST:", "lost:");
+    let by_event = dumped(&dump, "PERF_RECORD_LOST_SAMPLES:", "lost samples :");
+    let want = by_ring.max(by_event);
+    // One data page per CPU under 8192 I/Os of 3 samples each: perf must have lost some,
+    // or this run checks nothing.
+    assert!(want > 0, "perf lost nothing with one-page rings");
+    let csv = tmp("import-lost.csv");
+    let err = import(&data, &csv);
+    assert!(
+        err.contains(&format!("  lost {want} (")),
+        "perf counts {by_ring} by LOST records, {by_event} by LOST_SAMPLES:\n{err}"
+    );
+    assert!(err.contains("warning: the capture lost"), "{err}");
+    for p in [&data, &csv] {
+        let _ = std::fs::remove_file(p);
+    }
+}

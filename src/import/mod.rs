@@ -522,12 +522,19 @@ impl Capture {
         }
         let mut h = pipe.health();
         h.bad_records += tally.bad;
-        // A ring's LOST records and the events' own lost counts (LOST_SAMPLES) count the
-        // same losses: per CPU, the larger of the two.
+        // A ring's LOST records and the events' own lost counts (LOST_SAMPLES, which perf
+        // writes per event at the end, summed over CPUs) count the same losses. The
+        // LOST records give the split per CPU; what LOST_SAMPLES counts beyond them (a
+        // ring that overflowed at the end never gets a LOST record) goes to the CPU
+        // perf wrote it with.
         let mut lost = tally.lost;
-        for (cpu, n) in tally.lost_samples {
-            let e = lost.entry(cpu).or_insert(0);
-            *e = (*e).max(n);
+        let (by_ring, by_event) = (
+            lost.values().sum::<u64>(),
+            tally.lost_samples.values().sum::<u64>(),
+        );
+        if by_event > by_ring {
+            let cpu = tally.lost_samples.keys().next().copied().unwrap_or(0);
+            *lost.entry(cpu).or_insert(0) += by_event - by_ring;
         }
         h.set_losses(lost.into_iter().collect(), Vec::new());
         h.throttled = tally.throttled;
@@ -764,8 +771,12 @@ struct Splice<R> {
     pending: Vec<u8>,
     pos: usize,
     /// The tracing data once seen, or why it could not be read whole.
-    tracing: Rc<RefCell<Option<Result<Vec<u8>, String>>>>,
+    tracing: TracingSlot,
 }
+
+/// Where [`Splice`] leaves the tracing data for [`Capture`]: the bytes, or why they could
+/// not be read whole; `None` until seen.
+type TracingSlot = Rc<RefCell<Option<Result<Vec<u8>, String>>>>;
 
 impl<R: Read> Splice<R> {
     /// Load the next record (header, body, and for AUXTRACE its trailing data) into
