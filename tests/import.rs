@@ -393,12 +393,13 @@ fn lost_records_of_a_capture_are_reported_as_a_live_run_reports_them() {
     let l = LoopDev::new("import-lost", 64);
     l.scheduler("mq-deadline");
     let line = perf_line(&l);
-    let data = tmp("import-lost.data");
+    let (data, json) = (tmp("import-lost.data"), tmp("import-lost.json"));
     run_ok(Command::new("sh").arg("-c").arg(format!(
         "{line} -q -m 1 -o {} -- fio --name=lost --filename={} --direct=1 --ioengine=libaio \
-         --iodepth=16 --rw=randread --bs=4k --size=32M --output=/dev/null",
+         --iodepth=16 --rw=randread --bs=4k --size=32M --output-format=json --output={}",
         data.display(),
-        l.dev
+        l.dev,
+        json.display()
     )));
     let dump = run_ok(Command::new("perf").args(["script", "-D", "-i"]).arg(&data));
     let dump = String::from_utf8_lossy(&dump.stdout);
@@ -415,7 +416,23 @@ fn lost_records_of_a_capture_are_reported_as_a_live_run_reports_them() {
         "perf counts {by_ring} by LOST records, {by_event} by LOST_SAMPLES:\n{err}"
     );
     assert!(err.contains("warning: the capture lost"), "{err}");
-    for p in [&data, &csv] {
+    // As live: the I/Os the losses cut are `dropped` rows, never paired with another
+    // I/O's event, so no `ok` row is slower than fio's slowest I/O.
+    assert!(
+        err.contains("incomplete 0") && err.contains(", costing "),
+        "{err}"
+    );
+    let clat_max = fio_clat_max_ns(&json);
+    for r in read_csv(&csv) {
+        assert!(r["status"] == "ok" || r["status"] == "dropped", "{r:?}");
+        if r["status"] == "ok" {
+            assert!(
+                num(&r, "d2c_ns") <= clat_max,
+                "{r:?} slower than fio's {clat_max} ns"
+            );
+        }
+    }
+    for p in [&data, &csv, &json] {
         let _ = std::fs::remove_file(p);
     }
 }

@@ -14,6 +14,7 @@
 
 pub mod tracing_data;
 
+use crate::correlate::Gap;
 use crate::pipeline::{RecordSink, Stages};
 use crate::profile::{self, Profile};
 use crate::sink::time::WallClock;
@@ -592,6 +593,8 @@ fn ids(t: &Tracefs) -> HashMap<u64, String> {
 #[derive(Default)]
 struct Tally {
     lost: BTreeMap<u32, u64>,
+    /// The time of the last sample from each CPU.
+    last_on: HashMap<u32, u64>,
     lost_samples: BTreeMap<u32, u64>,
     throttled: u64,
     unthrottled: u64,
@@ -613,6 +616,7 @@ fn feed<R: Read>(
     first_err: &mut Option<SinkError>,
 ) -> Result<(), linux_perf_data::Error> {
     let mut since_round = 0u32;
+    let mut last = 0u64;
     while let Some(rec) = it.next_record(file)? {
         let PerfFileRecord::EventRecord { record, .. } = rec else {
             continue;
@@ -635,10 +639,28 @@ fn feed<R: Read>(
                     pipe.end_round(&mut |r, n| deliver(sink, r, n, first_err));
                     since_round = 0;
                 }
-                pipe.sample(t, s.cpu.unwrap_or(0), &raw.as_slice());
+                let c = s.cpu.unwrap_or(0);
+                pipe.sample(t, c, &raw.as_slice());
+                tally.last_on.insert(c, t);
+                last = t;
                 since_round += 1;
             }
-            Ok(EventRecord::Lost(l)) => *tally.lost.entry(cpu()).or_insert(0) += l.count,
+            Ok(EventRecord::Lost(l)) => {
+                let c = cpu();
+                *tally.lost.entry(c).or_insert(0) += l.count;
+                // The samples were lost on that CPU's ring after the last one that
+                // arrived from it and before this record was written; which events
+                // they were, the record does not say. As live, the correlator hears
+                // of them before it sees later events.
+                let before = record.timestamp().unwrap_or(last);
+                let after = tally.last_on.get(&c).copied().unwrap_or(0);
+                pipe.on_missing(&Gap {
+                    event: "",
+                    n: l.count,
+                    after,
+                    before: before.max(after),
+                });
+            }
             Ok(EventRecord::Throttle(_)) => tally.throttled += 1,
             Ok(EventRecord::Unthrottle(_)) => tally.unthrottled += 1,
             Ok(EventRecord::Raw(r)) if r.record_type.0 == RECORD_LOST_SAMPLES => {
