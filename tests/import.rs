@@ -367,6 +367,17 @@ fn broken_captures_are_refused_with_what_to_do() {
         );
         assert!(!err.contains("panicked"), "{err}");
     }
+    // A profile whose events the capture lacks is named with them.
+    let out = Command::new(bin())
+        .args(["import", "-p", "nvme"])
+        .arg(&fixture)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("lacks the nvme profile's events nvme:nvme_setup_cmd"),
+        "{err}"
+    );
     let _ = std::fs::remove_file(bad);
 }
 

@@ -81,6 +81,12 @@ fn report_end(what: &str, cap_clock: &str, health: &Health) {
 }
 
 pub fn import(a: &ImportArgs) -> Result<i32> {
+    import_as(a, None)
+}
+
+/// `import`, the exit line naming where rows went as `to` when given (a temporary file
+/// means nothing to the user).
+fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
     let Prepared {
         cap,
         profile: p,
@@ -94,7 +100,8 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
         // The capture's own in-kernel sampling (a `--sample` filter) is not known here.
         ..FileInfo::this_host(schema, 1, clock)
     };
-    let (writer, to) = row_writer(&a.output, a.format, schema, clock, &info)?;
+    let (writer, written_to) = row_writer(&a.output, a.format, schema, clock, &info)?;
+    let to = to.map_or(written_to, str::to_string);
     let mut rec = Recorder::new(writer, a.min_latency, StatusLine::on_stderr());
     let described = format!(
         "{}{}",
@@ -181,6 +188,6 @@ pub fn rows_of(path: &Path) -> Result<Option<Imported>> {
         min_latency: None,
         tracefs: None,
     };
-    import(&a)?;
+    import_as(&a, Some("a temporary CSV, removed after"))?;
     Ok(Some(out))
 }

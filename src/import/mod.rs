@@ -74,6 +74,13 @@ pub enum ImportError {
     },
     #[error("{}: no profile has all its required events in the capture (events: {events}); record with the line `ntprof-perf list --perf-record PROFILE` prints", path.display())]
     NoProfile { path: PathBuf, events: String },
+    #[error("{}: the capture lacks the {profile} profile's events {missing} (it holds {events}); record with the line `ntprof-perf list --perf-record {profile}` prints", path.display())]
+    ProfileEvents {
+        path: PathBuf,
+        profile: &'static str,
+        missing: String,
+        events: String,
+    },
     #[error("{}: the capture fits the profiles {candidates} alike; choose one with --profile", path.display())]
     AmbiguousProfile { path: PathBuf, candidates: String },
     #[error(transparent)]
@@ -458,14 +465,29 @@ impl Capture {
     /// The profile `name`, or the one whose required events are all in the capture (of
     /// several, the one that uses most of the capture's events).
     pub fn profile(&self, name: Option<&str>) -> Result<&'static dyn Profile, ImportError> {
+        let has = |s: &str, e: &str| self.events.iter().any(|x| *x == format!("{s}:{e}"));
         if let Some(n) = name {
             // An unknown name: the caller's own message lists the profiles.
-            return profile::find(n).ok_or_else(|| ImportError::NoProfile {
+            let p = profile::find(n).ok_or_else(|| ImportError::NoProfile {
                 path: self.path.clone(),
                 events: self.events.join(", "),
-            });
+            })?;
+            let missing: Vec<String> = p
+                .events()
+                .iter()
+                .filter(|r| r.required && !has(r.system, r.event))
+                .map(|r| format!("{}:{}", r.system, r.event))
+                .collect();
+            if !missing.is_empty() {
+                return Err(ImportError::ProfileEvents {
+                    path: self.path.clone(),
+                    profile: p.name(),
+                    missing: missing.join(", "),
+                    events: self.events.join(", "),
+                });
+            }
+            return Ok(p);
         }
-        let has = |s: &str, e: &str| self.events.iter().any(|x| *x == format!("{s}:{e}"));
         let mut fits: Vec<(usize, &'static dyn Profile)> = profile::all()
             .iter()
             .filter(|p| {
