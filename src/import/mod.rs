@@ -38,7 +38,7 @@ pub enum ImportError {
     Open { path: PathBuf, source: io::Error },
     #[error("{}: not a perf.data file (no PERFILE2 magic at its start)", path.display())]
     NotPerfData { path: PathBuf },
-    #[error("{}: a big-endian capture; import it on a big-endian host or convert it with `perf inject`", path.display())]
+    #[error("{}: a big-endian capture (recorded on a big-endian machine); ntprof-perf reads little-endian captures only", path.display())]
     BigEndian { path: PathBuf },
     #[error("{}: the file is truncated or corrupted: {what}; record it again, or check the copy (a capture still being written has no valid header: stop perf first)", path.display())]
     Corrupt { path: PathBuf, what: String },
@@ -201,8 +201,9 @@ pub struct Capture {
     records: Records,
 }
 
-/// `PERF_RECORD_LOST_SAMPLES`: perf writes one per event and CPU at the end with the
-/// kernel's lost count for that event (`PERF_FORMAT_LOST`).
+/// `PERF_RECORD_LOST_SAMPLES`: perf writes them at the end with the kernel's lost count
+/// of each event (`PERF_FORMAT_LOST`); perf 6.1 sums an event's CPUs into one, stamped
+/// with CPU 0.
 const RECORD_LOST_SAMPLES: u32 = 13;
 /// `PERF_RECORD_HEADER_TRACING_DATA`: in a stream, the tracing data follows the record.
 const RECORD_TRACING_DATA: u32 = 66;
@@ -295,7 +296,7 @@ impl Capture {
         check_file_layout(&mut *r).map_err(corrupt)?;
         r.seek(SeekFrom::Start(0)).map_err(open_err)?;
         let reader = PerfFileReader::parse_file(r).map_err(|e| parse_error(path, e))?;
-        Capture::describe(
+        Capture::from_reader(
             path,
             reader.perf_file,
             Records::File(reader.record_iter),
@@ -320,7 +321,7 @@ impl Capture {
         };
         let reader = PerfFileReader::parse_pipe(splice).map_err(|e| parse_error(path, e))?;
         let data = tracing.borrow_mut().take();
-        Capture::describe(
+        Capture::from_reader(
             path,
             reader.perf_file,
             Records::Pipe(reader.record_iter),
@@ -355,7 +356,7 @@ impl Capture {
         p.plan(&ctx)
     }
 
-    fn describe(
+    fn from_reader(
         path: &Path,
         file: PerfFile,
         records: Records,
