@@ -127,6 +127,21 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
 }
 
 pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32> {
+    // What selects or paces a live run has no meaning for a capture: refused, not ignored.
+    let live_only = ["duration", "mmap_pages", "realtime", "max_rate", "command"];
+    let given = |id: &str| flags.value_source(id) == Some(ValueSource::CommandLine);
+    for id in live_only.iter().map(|s| s.to_string()).chain(
+        super::args::profile_args()
+            .iter()
+            .map(|a| a.get_id().to_string()),
+    ) {
+        if given(&id) {
+            anyhow::bail!(
+                "--input: --{} applies to tracing, not to a capture (perf's own filters chose its events)",
+                id.replace('_', "-")
+            );
+        }
+    }
     let name = (flags.value_source("profile") == Some(ValueSource::CommandLine))
         .then_some(a.sel.profile.as_str());
     let Prepared {
