@@ -282,6 +282,33 @@ mod tests {
         eprintln!("parsed {n} live format files");
     }
 
+    /// An in-memory tree answers as the directory it was taken from.
+    #[test]
+    fn in_memory_formats_read_as_the_tree() {
+        let root = repo_tracefs_roots().into_iter().next().unwrap();
+        let dir = Tracefs::at(&root).unwrap();
+        let text = fs::read_to_string(root.join("events/block/block_rq_issue/format")).unwrap();
+        let key = ("block".to_string(), "block_rq_issue".to_string());
+        let mem = Tracefs::in_memory(Path::new("x.data"), [(key.clone(), text)]);
+        assert_eq!(
+            mem.event("block", "block_rq_issue").unwrap(),
+            dir.event("block", "block_rq_issue").unwrap()
+        );
+        assert_eq!(mem.in_memory_events(), [key]);
+        assert!(dir.in_memory_events().is_empty());
+        for (sys, ev, want) in [
+            ("block", "block_rq_complete", MissingReason::NoEvent),
+            ("nvme", "nvme_setup_cmd", MissingReason::NoSystem),
+        ] {
+            match mem.event(sys, ev) {
+                Err(TracefsError::MissingEvent { reason, root, .. }) => {
+                    assert_eq!((reason, root.as_path()), (want, Path::new("x.data")))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn missing_events_say_why() {
         let root = repo_tracefs_roots().into_iter().next().unwrap();
