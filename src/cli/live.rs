@@ -75,6 +75,7 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         args: flags,
         sys: SysBlock::default(),
         max_rate: sel.max_rate,
+        capture: false,
     };
     let mut plan = p.plan(&ctx)?;
     let start_sample = profile::sample::start_rate(&ctx)?;

@@ -91,6 +91,7 @@ fn perf_record_line(words: &[String], tfs: &Tracefs) -> Result<String> {
         args: flags,
         sys: ntprof_perf::device::SysBlock::default(),
         max_rate: None,
+        capture: false,
     };
     let plan = p.plan(&ctx)?;
     for n in &plan.notes {

@@ -352,6 +352,7 @@ impl Capture {
             args: &flags,
             sys,
             max_rate: None,
+            capture: true,
         };
         p.plan(&ctx)
     }

@@ -277,6 +277,10 @@ pub struct PlanCtx<'a> {
     pub status: Vec<EventStatus>,
     /// `--max-rate`: the run changes its sampling while running (see [`Resample`]).
     pub max_rate: Option<u64>,
+    /// The events come from a capture (`import`), not from this host: its own filters
+    /// chose them, so a profile binds every event it has instead of deciding from this
+    /// host's devices which to open.
+    pub capture: bool,
 }
 
 impl PlanCtx<'_> {

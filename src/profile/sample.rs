@@ -256,6 +256,7 @@ mod plan_tests {
             args: &args,
             sys: SysBlock::default(),
             max_rate: None,
+            capture: false,
         };
         let plan = p.plan(&ctx).map_err(|e| e.to_string())?;
         assert_eq!(

@@ -169,7 +169,10 @@ impl Profile for NvmeTcp {
             .collect();
         // Block events only when both ends are there and nvme disks exist now:
         // unfiltered they would carry every disk's I/O through the rings for nothing.
-        let block = side.host() && ctx.has_system("block") && !nvme_devs.is_empty();
+        // A capture's block events were kept by its own filter, whatever disks this
+        // host has.
+        let block =
+            side.host() && ctx.has_system("block") && (ctx.capture || !nvme_devs.is_empty());
         let block_filter = dev_filter(&nvme_devs);
         for s in ctx.status.iter().filter(|s| s.missing.is_none()) {
             let filter = match s.req.system {
