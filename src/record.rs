@@ -64,6 +64,10 @@ pub enum Role {
     Total(&'static [&'static str]),
     /// The row's [`Status`].
     Status,
+    /// Where the I/O ran, from a small set (controller, queue): a value in rows and
+    /// `stat` (tables per queue would drown the reader), and a label of `serve`'s
+    /// metrics, which a fleet's dashboards slice by it. Never anything per I/O.
+    Place,
     /// Anything else: identity, sizes, absolute marks.
     Value,
 }
@@ -375,6 +379,9 @@ pub struct Schema {
     pub columns: Vec<ColumnDef>,
     /// Indexes of the `Label` columns, in table order.
     pub labels: Vec<usize>,
+    /// Indexes of the `Label` and `Place` columns, in table order: the labels of
+    /// metrics (bounded: never a column that differs per I/O).
+    pub metric_labels: Vec<usize>,
     /// Indexes of the `Stage` and `Total` columns, in table order.
     pub stages: Vec<usize>,
     /// Per stage (indexed like `stages`): the stages it is the sum of, in the order an
@@ -432,6 +439,12 @@ impl Schema {
             profile,
             version,
             labels: with(Role::Label),
+            metric_labels: columns
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| matches!(c.role, Role::Label | Role::Place))
+                .map(|(i, _)| i)
+                .collect(),
             stages,
             parts,
             status: with(Role::Status).first().copied(),

@@ -76,6 +76,7 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         sys: SysBlock::default(),
         max_rate: sel.max_rate,
     };
+    ctx.check_stages()?;
     let mut plan = p.plan(&ctx)?;
     let start_sample = profile::sample::start_rate(&ctx)?;
     if sel.max_rate.is_some() {

@@ -66,7 +66,13 @@ impl Default for Percentiles {
 
 struct Group {
     labels: Vec<String>,
+    /// Per stage, each traced I/O counted for the I/Os its sampling rate stands for:
+    /// when `--max-rate` changes the rate mid-run, an I/O traced at 1 in 64 weighs 64
+    /// times one traced at 1 in 1, or the percentiles would be those of the busy
+    /// second before the change, not of the run.
     stages: Vec<Histogram<u32>>,
+    /// Per stage, the traced I/Os that have it (the COUNT column).
+    counts: Vec<u64>,
     ios: u64,
     /// I/Os the sampled ones stand for: the sum of their sampling rates (1 in N), and
     /// the sum of N(N-1), the variance of that estimate (each I/O in the sample with
@@ -139,9 +145,16 @@ impl StatTable {
         let n = u64::from(sample.max(1));
         g.estimated += n - 1;
         g.variance += n * (n - 1);
-        for (h, &i) in g.stages.iter_mut().zip(&self.schema.stages) {
+        let weight = u32::try_from(n).unwrap_or(u32::MAX);
+        for ((h, c), &i) in g
+            .stages
+            .iter_mut()
+            .zip(&mut g.counts)
+            .zip(&self.schema.stages)
+        {
             if let Some(v) = r.value(i).as_ns() {
-                h.saturating_record(v.min(MAX_NS));
+                h.saturating_record_n(v.min(MAX_NS), weight);
+                *c += 1;
             }
         }
     }
@@ -166,9 +179,10 @@ impl StatTable {
         });
         let g = &mut self.groups[g];
         Self::count(g, status);
-        for (h, v) in g.stages.iter_mut().zip(stages) {
+        for ((h, c), v) in g.stages.iter_mut().zip(&mut g.counts).zip(stages) {
             if let Some(v) = v {
                 h.saturating_record(v.min(MAX_NS));
+                *c += 1;
             }
         }
         Ok(())
@@ -199,6 +213,7 @@ impl StatTable {
             .collect();
         self.groups.push(Group {
             labels: labels(),
+            counts: vec![0; self.schema.stages.len()],
             stages,
             ios: 0,
             estimated: 0,
@@ -287,7 +302,7 @@ impl StatTable {
                     vec![String::new(); g.labels.len()]
                 };
                 row.push(stage_names[i].to_string());
-                row.push(h.len().to_string());
+                row.push(g.counts[i].to_string());
                 if h.is_empty() {
                     row.extend(std::iter::repeat_n(
                         "-".to_string(),
@@ -322,7 +337,7 @@ impl StatTable {
                 .zip(&g.labels)
                 .map(|(k, v)| (k.to_string(), Json::from(v.as_str())))
                 .collect();
-            let stages = g.stages.iter().zip(&stage_names).map(|(h, name)| {
+            let stages = g.stages.iter().zip(&g.counts).zip(&stage_names).map(|((h, count), name)| {
                 let (mean, max, ps) = if h.is_empty() {
                     (Json::Null, Json::Null, Json::Null)
                 } else {
@@ -335,7 +350,7 @@ impl StatTable {
                     let mean = (h.mean() * 10.0).round() / 10.0;
                     (mean.into(), h.max().into(), ps.into())
                 };
-                json!({"stage": name, "count": h.len(), "mean_ns": mean,
+                json!({"stage": name, "count": count, "mean_ns": mean,
                        "percentiles_ns": ps, "max_ns": max})
             });
             json!({"labels": labels, "ios": g.ios, "ios_estimated": g.estimated,
@@ -594,6 +609,24 @@ mod tests {
             b.split_whitespace().collect::<Vec<_>>(),
             ["b", "0", "-", "-", "-", "-"]
         );
+    }
+
+    /// A run whose rate changed: 900 I/Os of 10 µs traced 1 in 1 before the change,
+    /// 100 of 100 µs traced 1 in 64 after it. The run had 900 + 6400 I/Os, most of
+    /// them 100 µs: p50 is 100 µs, though most traced I/Os were 10 µs.
+    #[test]
+    fn percentiles_weigh_each_io_by_the_ios_its_rate_stands_for() {
+        let mut t = StatTable::new(T::table());
+        for i in 0..1000 {
+            let (lat, n) = if i < 900 { (10_000, 1) } else { (100_000, 64) };
+            t.add(&T::new(i, "read", Some(lat), None), n);
+        }
+        let v = t.json(&Percentiles::default());
+        let a = &v[0]["stages"][0];
+        assert_eq!(a["count"], 1000, "{a}");
+        let p50 = a["percentiles_ns"]["50"].as_u64().unwrap();
+        assert!((99_000..=101_000).contains(&p50), "{a}");
+        assert_eq!(v[0]["ios_estimated"], 900 + 6400, "{v}");
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub struct BlockConfig {
     pub names: HashMap<u32, String>,
     /// In-flight requests kept at most; beyond it the oldest are given up.
     pub max_in_flight: usize,
+    /// `block_rq_insert` is traced. Without it every request looks issued directly,
+    /// so its queue time is unknown: q2c is left empty, not set to d2c.
+    pub inserts: bool,
 }
 
 impl Default for BlockConfig {
@@ -106,6 +109,7 @@ impl Default for BlockConfig {
             devices: Vec::new(),
             names: HashMap::new(),
             max_in_flight: DEFAULT_MAX,
+            inserts: true,
         }
     }
 }
@@ -329,6 +333,9 @@ impl BlockCorrelator {
             ),
             None => (None, None, 0, Status::Incomplete),
         };
+        if !self.cfg.inserts {
+            q2c = None;
+        }
         if p.cut {
             // Its insert went missing: the queue time is unknown.
             q2c = None;
