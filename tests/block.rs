@@ -670,8 +670,13 @@ fn stages_d2c_leaves_the_insert_out_and_its_stages_empty() {
         if let Some(s) = stages {
             c.args(["--stages", s]);
         }
-        c.arg("--")
-            .args(dd(&["if=/dev/zero", &of, "bs=4k", "count=80", "oflag=direct"]));
+        c.arg("--").args(dd(&[
+            "if=/dev/zero",
+            &of,
+            "bs=4k",
+            "count=80",
+            "oflag=direct",
+        ]));
         String::from_utf8_lossy(&run_ok(&mut c).stderr).into_owned()
     };
     let samples = |err: &str| -> u64 {
@@ -684,13 +689,20 @@ fn stages_d2c_leaves_the_insert_out_and_its_stages_empty() {
     let err_d2c = run(Some("d2c"), &d2c);
     assert_eq!(samples(&err_all), 240, "insert, issue, complete: {err_all}");
     assert_eq!(samples(&err_d2c), 160, "issue, complete: {err_d2c}");
-    assert!(err_d2c.contains("block_rq_insert is not traced"), "{err_d2c}");
+    assert!(
+        err_d2c.contains("block_rq_insert is not traced"),
+        "{err_d2c}"
+    );
     let rows = read_csv(&d2c);
     assert_eq!(rows.len(), 80);
     for r in &rows {
         assert_eq!(r["status"], "ok", "{r:?}");
         assert!(num(r, "d2c_ns") > 0, "{r:?}");
-        assert_eq!((r["q2d_ns"].as_str(), r["q2c_ns"].as_str()), ("", ""), "{r:?}");
+        assert_eq!(
+            (r["q2d_ns"].as_str(), r["q2c_ns"].as_str()),
+            ("", ""),
+            "{r:?}"
+        );
     }
     assert!(read_csv(&all).iter().all(|r| !r["q2c_ns"].is_empty()));
     for (flag, want) in [
