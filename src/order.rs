@@ -145,27 +145,33 @@ impl<T> Sorter<T> {
     }
 
     /// Queue an event of `source` (the CPU whose ring it came from).
+    #[inline]
     pub fn push(&mut self, source: u32, time: u64, item: T) {
         if time < self.released_up_to {
             self.late += 1;
         }
+        // `held` only falls in `release`: its high-water mark is taken there.
+        self.held += 1;
+        match self.queues.get_mut(source as usize) {
+            Some(q) if q.back().is_none_or(|(last, _)| *last <= time) => q.push_back((time, item)),
+            _ => self.push_slow(source, time, item),
+        }
+    }
+
+    /// A source not seen yet, or an event older than its ring's last: nested contexts
+    /// (an interrupt tracing while a task traces) can put a slightly older event after
+    /// a newer one in the same ring. The FIFO is kept sorted; out of line, so the
+    /// common case stays small enough to inline into the drain loop.
+    #[cold]
+    #[inline(never)]
+    fn push_slow(&mut self, source: u32, time: u64, item: T) {
         let src = (source as usize).min(MAX_SOURCES - 1);
         if src >= self.queues.len() {
             self.queues.resize_with(src + 1, VecDeque::new);
         }
         let q = &mut self.queues[src];
-        match q.back() {
-            // Nested contexts (an interrupt tracing while a task traces) can put a
-            // slightly older event after a newer one in the same ring: keep the FIFO
-            // sorted, which costs a search only in that rare case.
-            Some((last, _)) if *last > time => {
-                let at = q.partition_point(|(t, _)| *t <= time);
-                q.insert(at, (time, item));
-            }
-            _ => q.push_back((time, item)),
-        }
-        // `held` only falls in `release`: its high-water mark is taken there.
-        self.held += 1;
+        let at = q.partition_point(|(t, _)| *t <= time);
+        q.insert(at, (time, item));
     }
 
     /// Start a drain round. `now` is the recording clock read before any ring of this
