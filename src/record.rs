@@ -9,6 +9,7 @@
 //! This module does no I/O; rendering a value into bytes is here so that every sink
 //! writes the same text for the same value.
 
+use crate::sink::csv::CsvRow;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
@@ -559,6 +560,13 @@ pub trait IoRecord {
     fn status(&self) -> Status;
     /// Relabel the record (the pipeline marks an I/O a missing sample cut `dropped`).
     fn set_status(&mut self, s: Status);
+    /// Every cell of the row into `row`, in column order: one call per row, where
+    /// [`value`](IoRecord::value) is one dynamic call per column.
+    fn write_csv(&self, row: &mut CsvRow<'_>) {
+        for i in 0..self.schema().columns.len() {
+            row.cell(i == 0, self.value(i));
+        }
+    }
 }
 
 /// A record type with a static column table: implement this and get [`IoRecord`].
@@ -602,6 +610,13 @@ impl<R: Tabled> IoRecord for R {
     }
     fn set_status(&mut self, s: Status) {
         self.set_outcome(s)
+    }
+    /// The column getters called straight from the table, and the cell rendering
+    /// inlined into this loop for each record type.
+    fn write_csv(&self, row: &mut CsvRow<'_>) {
+        for (i, c) in R::COLUMNS.iter().enumerate() {
+            row.cell(i == 0, (c.get)(self));
+        }
     }
 }
 
