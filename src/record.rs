@@ -821,6 +821,23 @@ mod tests {
     }
 
     #[test]
+    fn bytes_render_integers_as_fmt_does() {
+        let mut vals = vec![0, 9, 10, 99, 100, u64::MAX, u64::MAX - 1];
+        for p in 1..20 {
+            let t = 10u64.pow(p);
+            vals.extend([t - 1, t, t + 1, t + t / 3]);
+        }
+        let mut out = b"x".to_vec();
+        let mut want = "x".to_string();
+        for v in vals {
+            put_u64(&mut out, v);
+            out.push(b',');
+            want.push_str(&format!("{v},"));
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+    }
+
+    #[test]
     fn values_render_without_fmt_as_with_it() {
         let mut rng = fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15);
         let mut nums = vec![0u64, 7, 9, 10, 99, 100, 101, 999, 1000, 12345, u64::MAX];
