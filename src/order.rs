@@ -66,55 +66,63 @@ pub struct Sorter<T> {
 
 /// A tournament (winner) tree over the sources a release merges. Leaf `j` is the
 /// `j`-th of them in source order, keyed by its head time (`u64::MAX` once it has
-/// nothing more to give); node `n` holds the leaf that wins below it, `1` is the root,
-/// and nodes `p..2p` are the leaves themselves. A left subtree's leaves are all lower
-/// sources than the right's, so a tie going left is a tie going to the lower source.
+/// nothing more to give); node `n` holds the key and leaf that win below it, `1` is
+/// the root, and nodes `p..2p` are the leaves themselves. A left subtree's leaves are
+/// all lower sources than the right's, so a tie going left is a tie going to the lower
+/// source.
 #[derive(Default)]
 struct Merge {
     /// Per leaf: its source and how many of its events this release still takes.
     leaves: Vec<(usize, usize)>,
+    /// The leaves' first keys, to build the tree from.
     keys: Vec<u64>,
-    tree: Vec<u32>,
+    /// Per node: the winning key below it and its leaf, so that a replay reads one
+    /// node per level.
+    tree: Vec<(u64, u32)>,
 }
 
 impl Merge {
     /// Build the tree over `keys` (padded to a power of two); returns the leaf count.
     fn build(&mut self) -> usize {
         let p = self.keys.len().next_power_of_two();
-        self.keys.resize(p, u64::MAX);
         self.tree.clear();
-        self.tree.resize(2 * p, 0);
+        self.tree.resize(2 * p, (u64::MAX, 0));
         for j in 0..p {
-            self.tree[p + j] = j as u32;
+            self.tree[p + j] = (self.keys.get(j).copied().unwrap_or(u64::MAX), j as u32);
         }
         for n in (1..p).rev() {
             let (a, b) = (self.tree[2 * n], self.tree[2 * n + 1]);
-            self.tree[n] = if self.keys[b as usize] < self.keys[a as usize] {
-                b
-            } else {
-                a
-            };
+            self.tree[n] = if b.0 < a.0 { b } else { a };
         }
         p
+    }
+
+    /// The leaf that wins.
+    #[inline]
+    fn winner(&self) -> usize {
+        self.tree[1].1 as usize
     }
 
     /// Leaf `j`'s key changed to `key`: replay its path to the root against the
     /// siblings' winners.
     #[inline]
     fn replay(&mut self, j: usize, key: u64, p: usize) {
-        self.keys[j] = key;
-        let (mut w, mut k) = (j as u32, key);
         let mut n = p + j;
+        let mut win = (key, j as u32);
+        self.tree[n] = win;
         while n > 1 {
-            let s = self.tree[n ^ 1];
-            let sk = self.keys[s as usize];
+            let sib = self.tree[n ^ 1];
             // `n` even: the winner so far comes from the left and keeps ties.
-            let sibling_wins = if n & 1 == 0 { sk < k } else { sk <= k };
+            let sibling_wins = if n & 1 == 0 {
+                sib.0 < win.0
+            } else {
+                sib.0 <= win.0
+            };
             if sibling_wins {
-                (w, k) = (s, sk);
+                win = sib;
             }
             n /= 2;
-            self.tree[n] = w;
+            self.tree[n] = win;
         }
     }
 }
@@ -233,7 +241,7 @@ impl<T> Sorter<T> {
         }
         let p = if left > 0 { m.build() } else { 0 };
         while left > 0 {
-            let mut w = m.tree[1] as usize;
+            let mut w = m.winner();
             if m.leaves[w].1 == 0 {
                 // Only events stamped u64::MAX are left, tied with the spent leaves'
                 // keys: the lowest source that still has one goes first.
