@@ -67,6 +67,7 @@ impl Op {
     /// `rwbs` is built by `blk_fill_rwbs`: an optional leading `F` (preflush), then the
     /// op letter (`W`, `R`, `D`, `DE`, `F`, `N`), then flag letters (`F`ua, `A`head,
     /// `S`ync, `M`eta).
+    #[inline]
     pub fn from_rwbs(rwbs: &[u8]) -> Op {
         let (preflush, rest) = match rwbs {
             [b'F', b'W' | b'R' | b'D' | b'N' | b'F', ..] => (true, &rwbs[1..]),
