@@ -56,7 +56,7 @@
 use super::record::BlockRecord;
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::{Correlator, Counters, FxMap, Gap, Status};
+use crate::correlate::{Correlator, Counters, DevMap, Gap, Status};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
 use crate::profile::shared::device_io::DeviceIo;
@@ -159,8 +159,8 @@ pub struct BlockCorrelator {
     cfg: BlockConfig,
     pending: Inflight<Key, Pending>,
     /// Issued, not completed requests per device.
-    issued: FxMap<u32, u32>,
-    names: FxMap<u32, Arc<str>>,
+    issued: DevMap<u32>,
+    names: DevMap<Arc<str>>,
     counters: Counters,
     missing: Unaccounted,
     /// Per device (a run traces few: a short list beats hashing on every event).
@@ -181,7 +181,7 @@ impl BlockCorrelator {
             .collect();
         BlockCorrelator {
             pending: Inflight::new(cfg.max_in_flight),
-            issued: FxMap::default(),
+            issued: DevMap::default(),
             cfg,
             names,
             counters: Counters::default(),
