@@ -8,9 +8,15 @@
 //! - `id+cpu`: `IDENTIFIER | TIME | CPU | RAW`, what it opened before;
 //! - `perf`: `IP | TID | TIME | CPU | PERIOD | RAW`, perf record's usual layout.
 //!
+//! And, for the other way of tracing, bpftrace programs on the same tracepoint (a BPF
+//! program run per hit, no sample written): `count()` (a per-CPU counter) and
+//! `@s[tid] = nsecs` (a hash map update: what a latency tracer does at each
+//! submission). Each bpftrace batch starts bpftrace, waits until it says it attached,
+//! runs the batch, and stops it. Skipped when bpftrace is not installed.
+//!
 //! Rounds are interleaved in a shuffled order, the ring is drained between batches
 //! (outside the timed part), and the median ns per call is printed with the
-//! difference to untraced: the cost of a sample. The raw payload here is 16 bytes; a
+//! difference to untraced: the cost of a sample, or of a BPF program run. The raw payload here is 16 bytes; a
 //! block event's is 40–70, so block samples cost somewhat more in every layout.
 //!
 //! Run as root: `cargo run --release --example sample_cost -- [CALLS] [ROUNDS]`
@@ -21,7 +27,42 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP, PERF_SAMPLE_PERIOD, PERF_SAMPLE_RAW,
     PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
-use std::time::Instant;
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// bpftrace programs on `syscalls:sys_enter_getppid`, by name.
+const BPF: [(&str, &str); 2] = [
+    ("bpftrace: @n = count()", "@n = count();"),
+    ("bpftrace: @s[tid] = nsecs (map update)", "@s[tid] = nsecs;"),
+];
+
+/// ns per call of `calls` getppid()s while bpftrace runs `action` on every call.
+fn bpf_batch(action: &str, calls: u64) -> f64 {
+    let mut child = Command::new("bpftrace")
+        .args([
+            "-e",
+            &format!(
+                "tracepoint:syscalls:sys_enter_getppid /pid == {}/ {{ {action} }}",
+                std::process::id()
+            ),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("bpftrace");
+    // "Attaching 1 probe..." comes once the program is attached.
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let _ = out.read_line(&mut line);
+    std::thread::sleep(Duration::from_millis(100));
+    let ns = batch(calls);
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+    let _ = std::io::Read::read_to_string(&mut out, &mut line);
+    let _ = child.wait();
+    ns
+}
 
 /// A traced mode: the sample layout and the kernel filter.
 type Traced = (SampleFormat, Option<&'static str>);
@@ -106,15 +147,29 @@ fn main() {
         })
         .collect();
     let mut groups = groups;
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    let bpf = Command::new("bpftrace")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !bpf {
+        eprintln!("bpftrace not installed: its modes are left out (apt-get install bpftrace)");
+    }
+    let bpf_modes: &[(&str, &str)] = if bpf { &BPF } else { &[] };
+    let all = modes.len() + bpf_modes.len();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); all];
     let mut lost = vec![0u64; modes.len()];
     let mut samples = vec![0u64; modes.len()];
     let mut rng = fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15);
     batch(calls); // warm up
     for _ in 0..rounds {
-        let mut order: Vec<usize> = (0..modes.len()).collect();
+        let mut order: Vec<usize> = (0..all).collect();
         rng.shuffle(&mut order);
         for m in order {
+            if m >= modes.len() {
+                times[m].push(bpf_batch(bpf_modes[m - modes.len()].1, calls));
+                continue;
+            }
             if let Some(g) = groups[m].as_mut() {
                 g.enable().unwrap();
             }
@@ -139,16 +194,25 @@ fn main() {
             .join(" ")
     );
     println!(
-        "{:<36} {:>10} {:>12} {:>12} {:>8}",
-        "mode", "ns/call", "+ns/sample", "samples", "lost"
+        "{:<40} {:>10} {:>12} {:>12} {:>8}",
+        "mode", "ns/call", "+ns/hit", "samples", "lost"
     );
     for (i, (name, _)) in modes.iter().enumerate() {
         let med = median(&mut times[i]);
         println!(
-            "{name:<36} {med:>10.0} {:>12.0} {:>12} {:>8}",
+            "{name:<40} {med:>10.0} {:>12.0} {:>12} {:>8}",
             med - base,
             samples[i],
             lost[i]
+        );
+    }
+    for (k, (name, _)) in bpf_modes.iter().enumerate() {
+        let med = median(&mut times[modes.len() + k]);
+        println!(
+            "{name:<40} {med:>10.0} {:>12.0} {:>12} {:>8}",
+            med - base,
+            "-",
+            "-"
         );
     }
 }

@@ -36,13 +36,15 @@
 //! delivered, in time order among what is held, and [`Sorter::late`] counts it so it is
 //! visible. At the end, [`Sorter::flush`] releases everything.
 //!
-//! Release is a k-way merge over the sources' FIFOs (a heap of their head times), so an
-//! event is moved once in and once out and the heap work is log(#sources) per event,
-//! however many events are held. Ties go to the lower source, and one source's events
-//! keep their ring order.
+//! Release is a k-way merge over the sources' FIFOs, so an event is moved once in and
+//! once out, however many events are held. Each FIFO is sorted, so what a release takes
+//! from it is a prefix found by binary search; a source alone below the bound hands its
+//! prefix over without any merging, and otherwise a tournament tree over the sources
+//! with something to release picks the next event in log2(#sources) compares, with no
+//! heap push or pop per event. Ties go to the lower source, and one source's events keep
+//! their ring order.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 /// Time-ordering buffer between the rings and the correlator.
 pub struct Sorter<T> {
@@ -58,6 +60,71 @@ pub struct Sorter<T> {
     max_held: usize,
     /// Nothing at or after this is released by `end_round` (see [`Sorter::hold_until`]).
     hold: Option<u64>,
+    /// Scratch for [`Sorter::release`], kept so a round allocates nothing.
+    merge: Merge,
+}
+
+/// A tournament (winner) tree over the sources a release merges. Leaf `j` is the
+/// `j`-th of them in source order, keyed by its head time (`u64::MAX` once it has
+/// nothing more to give); node `n` holds the key and leaf that win below it, `1` is
+/// the root, and nodes `p..2p` are the leaves themselves. A left subtree's leaves are
+/// all lower sources than the right's, so a tie going left is a tie going to the lower
+/// source.
+#[derive(Default)]
+struct Merge {
+    /// Per leaf: its source and how many of its events this release still takes.
+    leaves: Vec<(usize, usize)>,
+    /// The leaves' first keys, to build the tree from.
+    keys: Vec<u64>,
+    /// Per node: the winning key below it and its leaf, so that a replay reads one
+    /// node per level.
+    tree: Vec<(u64, u32)>,
+}
+
+impl Merge {
+    /// Build the tree over `keys` (padded to a power of two); returns the leaf count.
+    fn build(&mut self) -> usize {
+        let p = self.keys.len().next_power_of_two();
+        self.tree.clear();
+        self.tree.resize(2 * p, (u64::MAX, 0));
+        for j in 0..p {
+            self.tree[p + j] = (self.keys.get(j).copied().unwrap_or(u64::MAX), j as u32);
+        }
+        for n in (1..p).rev() {
+            let (a, b) = (self.tree[2 * n], self.tree[2 * n + 1]);
+            self.tree[n] = if b.0 < a.0 { b } else { a };
+        }
+        p
+    }
+
+    /// The leaf that wins.
+    #[inline]
+    fn winner(&self) -> usize {
+        self.tree[1].1 as usize
+    }
+
+    /// Leaf `j`'s key changed to `key`: replay its path to the root against the
+    /// siblings' winners.
+    #[inline]
+    fn replay(&mut self, j: usize, key: u64, p: usize) {
+        let mut n = p + j;
+        let mut win = (key, j as u32);
+        self.tree[n] = win;
+        while n > 1 {
+            let sib = self.tree[n ^ 1];
+            // `n` even: the winner so far comes from the left and keeps ties.
+            let sibling_wins = if n & 1 == 0 {
+                sib.0 < win.0
+            } else {
+                sib.0 <= win.0
+            };
+            if sibling_wins {
+                win = sib;
+            }
+            n /= 2;
+            self.tree[n] = win;
+        }
+    }
 }
 
 impl<T> Default for Sorter<T> {
@@ -71,6 +138,7 @@ impl<T> Default for Sorter<T> {
             held: 0,
             max_held: 0,
             hold: None,
+            merge: Merge::default(),
         }
     }
 }
@@ -85,27 +153,33 @@ impl<T> Sorter<T> {
     }
 
     /// Queue an event of `source` (the CPU whose ring it came from).
+    #[inline]
     pub fn push(&mut self, source: u32, time: u64, item: T) {
         if time < self.released_up_to {
             self.late += 1;
         }
+        // `held` only falls in `release`: its high-water mark is taken there.
+        self.held += 1;
+        match self.queues.get_mut(source as usize) {
+            Some(q) if q.back().is_none_or(|(last, _)| *last <= time) => q.push_back((time, item)),
+            _ => self.push_slow(source, time, item),
+        }
+    }
+
+    /// A source not seen yet, or an event older than its ring's last: nested contexts
+    /// (an interrupt tracing while a task traces) can put a slightly older event after
+    /// a newer one in the same ring. The FIFO is kept sorted; out of line, so the
+    /// common case stays small enough to inline into the drain loop.
+    #[cold]
+    #[inline(never)]
+    fn push_slow(&mut self, source: u32, time: u64, item: T) {
         let src = (source as usize).min(MAX_SOURCES - 1);
         if src >= self.queues.len() {
             self.queues.resize_with(src + 1, VecDeque::new);
         }
         let q = &mut self.queues[src];
-        match q.back() {
-            // Nested contexts (an interrupt tracing while a task traces) can put a
-            // slightly older event after a newer one in the same ring: keep the FIFO
-            // sorted, which costs a search only in that rare case.
-            Some((last, _)) if *last > time => {
-                let at = q.partition_point(|(t, _)| *t <= time);
-                q.insert(at, (time, item));
-            }
-            _ => q.push_back((time, item)),
-        }
-        self.held += 1;
-        self.max_held = self.max_held.max(self.held);
+        let at = q.partition_point(|(t, _)| *t <= time);
+        q.insert(at, (time, item));
     }
 
     /// Start a drain round. `now` is the recording clock read before any ring of this
@@ -139,36 +213,55 @@ impl<T> Sorter<T> {
         self.release(None, &mut out);
     }
 
-    /// k-way merge of the queue heads, up to (not including) `limit`: a heap of the
-    /// sources' head times, ordered by (time, source); the source on top releases its
-    /// run while it stays older than the next head, without going through the heap
-    /// for each event.
+    /// k-way merge of the queue heads, up to (not including) `limit`, ordered by (time,
+    /// source). Each queue is sorted, so its part of the release is a prefix, counted
+    /// first; a queue alone with something to release hands it over in one go.
     fn release(&mut self, limit: Option<u64>, out: &mut impl FnMut(u64, T)) {
-        let below = |t: u64| limit.is_none_or(|m| t < m);
-        let mut heads: BinaryHeap<Reverse<(u64, usize)>> = self
-            .queues
-            .iter()
-            .enumerate()
-            .filter_map(|(i, q)| q.front().map(|(t, _)| Reverse((*t, i))))
-            .filter(|Reverse((t, _))| below(*t))
-            .collect();
-        while let Some(Reverse((_, i))) = heads.pop() {
-            let next = heads.peek().map(|Reverse(n)| *n);
-            let q = &mut self.queues[i];
-            while let Some((t, item)) = q.pop_front() {
-                self.held -= 1;
-                out(t, item);
-                match q.front() {
-                    Some(&(t, _)) if below(t) => {
-                        if next.is_some_and(|n| (t, i) > n) {
-                            heads.push(Reverse((t, i)));
-                            break;
-                        }
-                    }
-                    _ => break,
-                }
+        self.max_held = self.max_held.max(self.held);
+        let mut m = std::mem::take(&mut self.merge);
+        m.leaves.clear();
+        m.keys.clear();
+        for (i, q) in self.queues.iter().enumerate() {
+            let n = match limit {
+                None => q.len(),
+                Some(lim) => q.partition_point(|(t, _)| *t < lim),
+            };
+            if n > 0 {
+                m.leaves.push((i, n));
+                m.keys.push(q[0].0);
             }
         }
+        let mut left: usize = m.leaves.iter().map(|l| l.1).sum();
+        self.held -= left;
+        if let [(i, n)] = *m.leaves {
+            for (t, item) in self.queues[i].drain(..n) {
+                out(t, item);
+            }
+            left = 0;
+        }
+        let p = if left > 0 { m.build() } else { 0 };
+        while left > 0 {
+            let mut w = m.winner();
+            if m.leaves[w].1 == 0 {
+                // Only events stamped u64::MAX are left, tied with the spent leaves'
+                // keys: the lowest source that still has one goes first.
+                w = m.leaves.iter().position(|l| l.1 > 0).unwrap_or(w);
+            }
+            let (i, ref mut n) = m.leaves[w];
+            let q = &mut self.queues[i];
+            let Some((t, item)) = q.pop_front() else {
+                unreachable!("a leaf with events to release has a head")
+            };
+            out(t, item);
+            left -= 1;
+            *n -= 1;
+            let key = match (*n, q.front()) {
+                (0, _) | (_, None) => u64::MAX,
+                (_, Some(&(t, _))) => t,
+            };
+            m.replay(w, key, p);
+        }
+        self.merge = m;
     }
 
     /// Events that arrived older than a bound already released: the bound was undercut,
@@ -183,7 +276,7 @@ impl<T> Sorter<T> {
 
     /// The largest number of events held at once (memory high-water mark).
     pub fn max_held(&self) -> usize {
-        self.max_held
+        self.max_held.max(self.held)
     }
 }
 
@@ -362,6 +455,21 @@ mod tests {
             want.sort_by_key(|&(t, (src, k))| (t, src, k));
             assert_eq!(got, want, "case {case}, {sources} sources, limit {limit:?}");
         }
+    }
+
+    /// A spent source's key is `u64::MAX`: events stamped that late still come out,
+    /// by source.
+    #[test]
+    fn events_at_the_last_time_merge_by_source() {
+        let mut s = Sorter::new();
+        s.push(2, u64::MAX, "c");
+        s.push(0, 5, "a");
+        s.push(0, u64::MAX, "b");
+        s.push(1, 7, "x");
+        assert_eq!(
+            flush(&mut s),
+            vec![(5, "a"), (7, "x"), (u64::MAX, "b"), (u64::MAX, "c")]
+        );
     }
 
     #[test]

@@ -46,6 +46,10 @@ impl Rates {
     const KEPT: usize = 64;
 
     fn at(&self, t: u64) -> u32 {
+        // A run without `--max-rate` has only the rate it started with.
+        if let [(_, n)] = *self.0 {
+            return n;
+        }
         let i = self.0.partition_point(|&(from, _)| from <= t);
         self.0[i.saturating_sub(1)].1
     }

@@ -122,6 +122,10 @@ impl RateControl {
                 self.state = State::Steady;
                 self.restart(pipe);
             }
+            // A period starts with its first record: time the device was idle before
+            // the workload began would thin the first measure, and the first raise
+            // would be too small (the next can come only SETTLE × 2 later).
+            State::Steady if pipe.rows() == self.rows_at_start => self.restart(pipe),
             State::Steady if now.duration_since(self.period_start) >= PERIOD => {
                 let secs = now.duration_since(self.period_start).as_secs_f64();
                 let rate = (pipe.rows() - self.rows_at_start) as f64 / secs;

@@ -9,6 +9,7 @@
 //! This module does no I/O; rendering a value into bytes is here so that every sink
 //! writes the same text for the same value.
 
+use crate::sink::csv::CsvRow;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
@@ -64,6 +65,10 @@ pub enum Role {
     Total(&'static [&'static str]),
     /// The row's [`Status`].
     Status,
+    /// Where the I/O ran, from a small set (controller, queue): a value in rows and
+    /// `stat` (tables per queue would drown the reader), and a label of `serve`'s
+    /// metrics, which a fleet's dashboards slice by it. Never anything per I/O.
+    Place,
     /// Anything else: identity, sizes, absolute marks.
     Value,
 }
@@ -375,6 +380,9 @@ pub struct Schema {
     pub columns: Vec<ColumnDef>,
     /// Indexes of the `Label` columns, in table order.
     pub labels: Vec<usize>,
+    /// Indexes of the `Label` and `Place` columns, in table order: the labels of
+    /// metrics (bounded: never a column that differs per I/O).
+    pub metric_labels: Vec<usize>,
     /// Indexes of the `Stage` and `Total` columns, in table order.
     pub stages: Vec<usize>,
     /// Per stage (indexed like `stages`): the stages it is the sum of, in the order an
@@ -432,6 +440,12 @@ impl Schema {
             profile,
             version,
             labels: with(Role::Label),
+            metric_labels: columns
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| matches!(c.role, Role::Label | Role::Place))
+                .map(|(i, _)| i)
+                .collect(),
             stages,
             parts,
             status: with(Role::Status).first().copied(),
@@ -559,6 +573,13 @@ pub trait IoRecord {
     fn status(&self) -> Status;
     /// Relabel the record (the pipeline marks an I/O a missing sample cut `dropped`).
     fn set_status(&mut self, s: Status);
+    /// Every cell of the row into `row`, in column order: one call per row, where
+    /// [`value`](IoRecord::value) is one dynamic call per column.
+    fn write_csv(&self, row: &mut CsvRow<'_>) {
+        for i in 0..self.schema().columns.len() {
+            row.cell(i == 0, self.value(i));
+        }
+    }
 }
 
 /// A record type with a static column table: implement this and get [`IoRecord`].
@@ -602,6 +623,13 @@ impl<R: Tabled> IoRecord for R {
     }
     fn set_status(&mut self, s: Status) {
         self.set_outcome(s)
+    }
+    /// The column getters called straight from the table, and the cell rendering
+    /// inlined into this loop for each record type.
+    fn write_csv(&self, row: &mut CsvRow<'_>) {
+        for (i, c) in R::COLUMNS.iter().enumerate() {
+            row.cell(i == 0, (c.get)(self));
+        }
     }
 }
 
@@ -803,6 +831,23 @@ mod tests {
         assert_eq!(r.value(2).to_text(), "-3");
         assert_eq!(r.value(2).as_ns(), None);
         assert_eq!(r.value(9), Value::Empty);
+    }
+
+    #[test]
+    fn bytes_render_integers_as_fmt_does() {
+        let mut vals = vec![0, 9, 10, 99, 100, u64::MAX, u64::MAX - 1];
+        for p in 1..20 {
+            let t = 10u64.pow(p);
+            vals.extend([t - 1, t, t + 1, t + t / 3]);
+        }
+        let mut out = b"x".to_vec();
+        let mut want = "x".to_string();
+        for v in vals {
+            put_u64(&mut out, v);
+            out.push(b',');
+            want.push_str(&format!("{v},"));
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), want);
     }
 
     #[test]

@@ -652,3 +652,70 @@ fn under_load_every_io_is_accounted_and_no_ok_row_is_another_ios() {
     let _ = std::fs::remove_file(csv);
     let _ = std::fs::remove_file(json);
 }
+
+/// `--stages d2c` through a scheduler: the insert (one of the three samples each I/O
+/// costs there) is not opened, so two samples per I/O arrive, every row has its d2c
+/// and neither q2d nor a q2c that would only be d2c again.
+#[test]
+fn stages_d2c_leaves_the_insert_out_and_its_stages_empty() {
+    if !kernel_ready("stages_d2c_leaves_the_insert_out_and_its_stages_empty") {
+        return;
+    }
+    let l = LoopDev::new("stages", 64);
+    l.scheduler("mq-deadline");
+    let of = format!("of={}", l.dev);
+    let run = |stages: Option<&str>, csv: &std::path::Path| {
+        let mut c = Command::new(bin());
+        c.args(["record", "-d", &l.name, "-o"]).arg(csv);
+        if let Some(s) = stages {
+            c.args(["--stages", s]);
+        }
+        c.arg("--").args(dd(&[
+            "if=/dev/zero",
+            &of,
+            "bs=4k",
+            "count=80",
+            "oflag=direct",
+        ]));
+        String::from_utf8_lossy(&run_ok(&mut c).stderr).into_owned()
+    };
+    let samples = |err: &str| -> u64 {
+        let i = err.find("samples ").expect("samples on the exit line") + 8;
+        err[i..].split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let all = tmp("stages-all.csv");
+    let d2c = tmp("stages-d2c.csv");
+    let err_all = run(None, &all);
+    let err_d2c = run(Some("d2c"), &d2c);
+    assert_eq!(samples(&err_all), 240, "insert, issue, complete: {err_all}");
+    assert_eq!(samples(&err_d2c), 160, "issue, complete: {err_d2c}");
+    assert!(
+        err_d2c.contains("block_rq_insert is not traced"),
+        "{err_d2c}"
+    );
+    let rows = read_csv(&d2c);
+    assert_eq!(rows.len(), 80);
+    for r in &rows {
+        assert_eq!(r["status"], "ok", "{r:?}");
+        assert!(num(r, "d2c_ns") > 0, "{r:?}");
+        assert_eq!(
+            (r["q2d_ns"].as_str(), r["q2c_ns"].as_str()),
+            ("", ""),
+            "{r:?}"
+        );
+    }
+    assert!(read_csv(&all).iter().all(|r| !r["q2c_ns"].is_empty()));
+    for (flag, want) in [
+        ("q2x", "has no stage `q2x`; its stages: q2d, d2c, q2c"),
+        ("d2c,bogus", "has no stage `bogus`"),
+    ] {
+        let out = Command::new(bin())
+            .args(["stat", "-d", &l.name, "--stages", flag, "--duration", "0.1"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{flag}: {err}");
+    }
+    let _ = std::fs::remove_file(all);
+    let _ = std::fs::remove_file(d2c);
+}

@@ -77,6 +77,7 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         max_rate: sel.max_rate,
         capture: false,
     };
+    ctx.check_stages()?;
     let mut plan = p.plan(&ctx)?;
     let start_sample = profile::sample::start_rate(&ctx)?;
     if sel.max_rate.is_some() {

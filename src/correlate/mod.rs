@@ -85,3 +85,130 @@ impl Hasher for FxHasher {
 
 pub type FxBuild = BuildHasherDefault<FxHasher>;
 pub type FxMap<K, V> = std::collections::HashMap<K, V, FxBuild>;
+
+/// A map keyed by device (`dev_t`), looked up once or twice per I/O. A run traces few
+/// devices and usually one at a time is hot, so the last key found is remembered and
+/// its lookup costs a compare, not a hash.
+#[derive(Debug, Clone)]
+pub struct DevMap<V> {
+    index: FxMap<u32, usize>,
+    values: Vec<V>,
+    /// The key found last and where its value is (`values.len()` before any).
+    last: (u32, usize),
+}
+
+impl<V> Default for DevMap<V> {
+    fn default() -> Self {
+        DevMap {
+            index: FxMap::default(),
+            values: Vec::new(),
+            last: (0, 0),
+        }
+    }
+}
+
+impl<V> DevMap<V> {
+    #[inline]
+    fn find(&mut self, dev: u32) -> Option<usize> {
+        if self.last.0 == dev && self.last.1 < self.values.len() {
+            return Some(self.last.1);
+        }
+        let i = *self.index.get(&dev)?;
+        self.last = (dev, i);
+        Some(i)
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, dev: &u32) -> Option<&mut V> {
+        let i = self.find(*dev)?;
+        Some(&mut self.values[i])
+    }
+
+    /// The value of `dev`, made by `make` when there is none (an entry is never removed).
+    #[inline]
+    pub fn get_or_insert_with(&mut self, dev: u32, make: impl FnOnce() -> V) -> &mut V {
+        let i = match self.find(dev) {
+            Some(i) => i,
+            None => {
+                let i = self.values.len();
+                self.values.push(make());
+                self.index.insert(dev, i);
+                self.last = (dev, i);
+                i
+            }
+        };
+        &mut self.values[i]
+    }
+
+    /// Like `HashMap::entry`, for the call sites written against a map.
+    #[inline]
+    pub fn entry(&mut self, dev: u32) -> DevEntry<'_, V> {
+        DevEntry { map: self, dev }
+    }
+}
+
+impl<V> FromIterator<(u32, V)> for DevMap<V> {
+    fn from_iter<I: IntoIterator<Item = (u32, V)>>(iter: I) -> Self {
+        let mut m = DevMap::default();
+        for (dev, v) in iter {
+            match m.find(dev) {
+                Some(i) => m.values[i] = v,
+                None => {
+                    m.get_or_insert_with(dev, || v);
+                }
+            }
+        }
+        m
+    }
+}
+
+/// A [`DevMap`] entry, vacant or not.
+pub struct DevEntry<'a, V> {
+    map: &'a mut DevMap<V>,
+    dev: u32,
+}
+
+impl<'a, V> DevEntry<'a, V> {
+    #[inline]
+    pub fn or_insert_with(self, make: impl FnOnce() -> V) -> &'a mut V {
+        self.map.get_or_insert_with(self.dev, make)
+    }
+
+    #[inline]
+    pub fn or_insert(self, v: V) -> &'a mut V {
+        self.or_insert_with(|| v)
+    }
+
+    #[inline]
+    pub fn or_default(self) -> &'a mut V
+    where
+        V: Default,
+    {
+        self.or_insert_with(V::default)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The remembered key never answers for another: the same values as a HashMap.
+    #[test]
+    fn dev_map_reads_like_a_map() {
+        let mut m: DevMap<u32> = [(7, 70), (0, 1), (7, 71)].into_iter().collect();
+        let mut want: std::collections::HashMap<u32, u32> = [(7, 71), (0, 1)].into_iter().collect();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let dev = (state % 5) as u32;
+            if state & 64 == 0 {
+                *m.entry(dev).or_default() += 1;
+                *want.entry(dev).or_default() += 1;
+            }
+            assert_eq!(m.get_mut(&dev).copied(), want.get(&dev).copied(), "{dev}");
+        }
+        assert_eq!(*m.entry(0).or_insert(9), want[&0]);
+    }
+}

@@ -36,9 +36,11 @@ pub struct FieldReader {
     size: usize,
     signed: bool,
     shape: FieldShape,
-    /// For integers of 1, 2, 4 or 8 bytes: 64 − 8 × size, the shift that keeps (and
-    /// sign-extends) the field out of an 8-byte little-endian load. `None` otherwise.
-    shift: Option<u32>,
+    /// For integers of 1, 2, 4 or 8 bytes, how to cut the field out of an 8-byte
+    /// little-endian load: the mask of its bytes, and its sign bit when signed (0
+    /// otherwise), so that `((w & mask) ^ sign) - sign` keeps and sign-extends it with
+    /// no branch. `None` otherwise.
+    int: Option<(u64, u64)>,
 }
 
 impl FieldReader {
@@ -76,7 +78,12 @@ impl FieldReader {
             size: f.size as usize,
             signed: f.signed,
             shape: f.shape,
-            shift: int.then(|| 64 - 8 * f.size),
+            int: int.then(|| {
+                let bits = 8 * f.size;
+                let mask = u64::MAX >> (64 - bits);
+                let sign = if f.signed { 1u64 << (bits - 1) } else { 0 };
+                (mask, sign)
+            }),
         })
     }
 
@@ -104,19 +111,14 @@ impl FieldReader {
 
     /// The integer value; 0 when the record is too short (callers check `end()` first).
     /// The field as an integer (sign-extended when signed); 0 when the record is too
-    /// short for it. One unaligned 8-byte load and two shifts when 8 bytes fit from the
-    /// field's offset, which is every field but those at a record's very end.
+    /// short for it. One unaligned 8-byte load, a mask and a sign fix-up when 8 bytes fit
+    /// from the field's offset, which is every field but those at a record's very end.
     #[inline]
     pub fn u64(&self, raw: &[u8]) -> u64 {
-        if let (Some(sh), Some(b)) = (self.shift, raw.get(self.offset..self.offset + 8)) {
+        if let (Some((mask, sign)), Some(b)) = (self.int, raw.get(self.offset..self.offset + 8)) {
             let mut w = [0u8; 8];
             w.copy_from_slice(b);
-            let w = u64::from_le_bytes(w) << sh;
-            return if self.signed {
-                ((w as i64) >> sh) as u64
-            } else {
-                w >> sh
-            };
+            return ((u64::from_le_bytes(w) & mask) ^ sign).wrapping_sub(sign);
         }
         self.u64_slow(raw)
     }

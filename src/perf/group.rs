@@ -117,6 +117,10 @@ struct CpuRing {
     /// Samples received, per distinct tracepoint (`PerfGroup::types`).
     received: Vec<u64>,
     snap: Option<Snap>,
+    /// Per event: its count and lost count, read once it was off. An event that is
+    /// off counts nothing, and `--max-rate` keeps most of the parts of its sample off:
+    /// they are read once, not at every snapshot.
+    frozen: Vec<Option<[u64; 2]>>,
 }
 
 /// The kernel's counts of one ring's events at one moment, and the samples received
@@ -313,6 +317,7 @@ impl PerfGroup {
                 kinds: RecordKinds::default(),
                 received: vec![0; types.len()],
                 snap: None,
+                frozen: vec![None; cfg.events.len()],
             });
         }
         ids.sort_unstable();
@@ -384,11 +389,20 @@ impl PerfGroup {
     }
 
     /// Every event's count per distinct tracepoint of ring `r`, and its lost count.
-    fn read_counts(&self, r: usize) -> Result<(Vec<u64>, Option<Vec<u64>>), PerfError> {
-        let ring = &self.rings[r];
+    fn read_counts(&mut self, r: usize) -> Result<(Vec<u64>, Option<Vec<u64>>), PerfError> {
         let mut counted = vec![0u64; self.types.len()];
         let mut lost = self.lost_format.then(|| vec![0u64; self.types.len()]);
+        let ring = &mut self.rings[r];
         for (index, fd) in ring.fds.iter().enumerate() {
+            let t = self.type_of[index];
+            let off = !self.enabled || !self.active.get(index).copied().unwrap_or(true);
+            if let Some([c, l]) = ring.frozen[index].filter(|_| off) {
+                counted[t] = counted[t].saturating_add(c);
+                if let Some(v) = lost.as_mut() {
+                    v[t] = v[t].saturating_add(l);
+                }
+                continue;
+            }
             let mut buf = [0u8; 16];
             let want = if self.lost_format { 16 } else { 8 };
             let n = sys::read_counter(fd.as_fd(), &mut buf[..want]).map_err(|source| {
@@ -409,10 +423,13 @@ impl PerfGroup {
             }
             let word =
                 |i: usize| u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-            let t = self.type_of[index];
-            counted[t] = counted[t].saturating_add(word(0));
-            if let Some(l) = lost.as_mut() {
-                l[t] = l[t].saturating_add(word(1));
+            let (c, l) = (word(0), if self.lost_format { word(1) } else { 0 });
+            counted[t] = counted[t].saturating_add(c);
+            if let Some(v) = lost.as_mut() {
+                v[t] = v[t].saturating_add(l);
+            }
+            if off {
+                ring.frozen[index] = Some([c, l]);
             }
         }
         Ok((counted, lost))
@@ -455,6 +472,9 @@ impl PerfGroup {
             return Ok(());
         }
         *a = on;
+        for r in &mut self.rings {
+            r.frozen[index] = None;
+        }
         if !self.enabled {
             return Ok(());
         }
@@ -482,6 +502,7 @@ impl PerfGroup {
     /// Starts recording on every event and CPU.
     pub fn enable(&mut self) -> Result<(), PerfError> {
         self.enabled = true;
+        self.thaw();
         let active = self.active.clone();
         self.for_each_fd("PERF_EVENT_IOC_ENABLE", |i, fd| {
             if active.get(i).copied().unwrap_or(true) {
@@ -495,7 +516,17 @@ impl PerfGroup {
     /// Stops recording; what is already in the rings can still be drained.
     pub fn disable(&mut self) -> Result<(), PerfError> {
         self.enabled = false;
-        self.for_each_fd("PERF_EVENT_IOC_DISABLE", |_, fd| sys::disable(fd))
+        let done = self.for_each_fd("PERF_EVENT_IOC_DISABLE", |_, fd| sys::disable(fd));
+        // Counts read before the ioctl are not final.
+        self.thaw();
+        done
+    }
+
+    /// Forget the counts read while off: the events' state changed.
+    fn thaw(&mut self) {
+        for r in &mut self.rings {
+            r.frozen.iter_mut().for_each(|f| *f = None);
+        }
     }
 
     fn for_each_fd(
@@ -1016,6 +1047,50 @@ mod tests {
         );
         assert_eq!(total, lost_seen);
         group.wait(Duration::from_millis(1)).unwrap();
+    }
+
+    /// The kernel's counts against the samples that arrived, while an event is turned
+    /// off and on (as `--max-rate` does with the parts of a sample): the count of an
+    /// event that is off is read once and kept, and must still be its count after the
+    /// ioctl, or the ledger would see samples the kernel never counted.
+    #[test]
+    fn kernel_counts_match_what_arrived_as_events_turn_off_and_on() {
+        let Some(id) = event_id() else { return };
+        // This thread's calls only: other tests fire the same tracepoint, and one of
+        // theirs between a count's reading and the clock's would be received uncounted.
+        let mine = format!("common_pid == {}", nix::unistd::gettid());
+        let cfg = GroupConfig::new(
+            vec![spec(id, Some(&mine)), spec(id, Some(&mine))],
+            online_cpus().unwrap(),
+        );
+        let Some(mut group) = open_or_skip(&cfg) else {
+            return;
+        };
+        group.set_active(1, false).unwrap();
+        group.enable().unwrap();
+        let check = |group: &mut PerfGroup, want: u64| {
+            group.snapshot().unwrap();
+            for ring in 0..group.ring_count() {
+                group.drain_ring(ring, |_| {});
+            }
+            let tallies = group.settle().unwrap();
+            let counted: u64 = tallies.iter().map(|t| t.counted).sum();
+            let received: u64 = tallies.iter().map(|t| t.received).sum();
+            assert_eq!(received, want, "{tallies:?}");
+            assert_eq!(counted, received, "{tallies:?}");
+        };
+        fire(100);
+        check(&mut group, 100);
+        check(&mut group, 100);
+        group.set_active(1, true).unwrap();
+        fire(50);
+        check(&mut group, 200);
+        group.set_active(1, false).unwrap();
+        fire(30);
+        check(&mut group, 230);
+        check(&mut group, 230);
+        group.disable().unwrap();
+        check(&mut group, 230);
     }
 
     #[test]

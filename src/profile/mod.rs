@@ -154,6 +154,19 @@ pub struct Descriptor {
     /// The profile's own flags for `record` and `stat`. Profiles that share a flag
     /// (same id) must give it the same definition: the command line shows it once.
     pub args: fn() -> Vec<clap::Arg>,
+    /// Per stage (column name without `_ns`), the events it cannot be measured
+    /// without. With `--stages`, an event some stage needs is opened only when a stage
+    /// asked for needs it; an event no stage lists (requeues, merges: rare, and what
+    /// keeps the counts right) is always opened. Empty: every stage needs every event,
+    /// and `--stages` is refused.
+    pub needs: &'static [Need],
+}
+
+/// The events one stage is measured from (see [`Descriptor::needs`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Need {
+    pub stage: &'static str,
+    pub events: &'static [&'static str],
 }
 
 /// A profile: see the module doc for the contract.
@@ -291,6 +304,72 @@ impl PlanCtx<'_> {
             .any(|s| s.req.system == system && s.req.event == event && s.missing.is_none())
     }
 
+    /// Whether the stages asked for (`--stages`, all by default) need `event`
+    /// (see [`Descriptor::needs`]).
+    pub fn wants(&self, event: &str) -> bool {
+        let Some(asked) = self.stages() else {
+            return true;
+        };
+        let needs = find(self.profile).map_or(&[][..], |p| p.descriptor().needs);
+        let listed = needs.iter().any(|n| n.events.contains(&event));
+        !listed
+            || needs
+                .iter()
+                .any(|n| n.events.contains(&event) && asked.iter().any(|a| a == n.stage))
+    }
+
+    /// Whether to open `system:event`: available, and wanted by the stages asked for.
+    pub fn opens(&self, system: &str, event: &str) -> bool {
+        self.has(system, event) && self.wants(event)
+    }
+
+    /// `--stages`, when given.
+    pub fn stages(&self) -> Option<Vec<String>> {
+        self.args
+            .try_get_many::<String>("stages")
+            .ok()
+            .flatten()
+            .map(|v| v.cloned().collect())
+    }
+
+    /// Refuse `--stages` naming a stage the profile does not have, or given to a
+    /// profile whose stages all need every event.
+    pub fn check_stages(&self) -> Result<(), PlanError> {
+        let Some(asked) = self.stages() else {
+            return Ok(());
+        };
+        let Some(p) = find(self.profile) else {
+            return Ok(());
+        };
+        let names: Vec<&str> = p.schema().stage_names().collect();
+        if p.descriptor().needs.is_empty() {
+            return Err(PlanError::Flag {
+                flag: "--stages".into(),
+                why: format!(
+                    "every stage of the {} profile is measured from all its events, so there is nothing to leave out; --stages applies to {}",
+                    p.name(),
+                    all()
+                        .iter()
+                        .filter(|q| !q.descriptor().needs.is_empty())
+                        .map(|q| q.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+        if let Some(bad) = asked.iter().find(|a| !names.contains(&a.as_str())) {
+            return Err(PlanError::Flag {
+                flag: "--stages".into(),
+                why: format!(
+                    "the {} profile has no stage `{bad}`; its stages: {}",
+                    p.name(),
+                    names.join(", ")
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Whether every event of `system` the profile lists is available.
     pub fn has_system(&self, system: &str) -> bool {
         let mut any = false;
@@ -313,7 +392,7 @@ impl PlanCtx<'_> {
         let missing: Vec<String> = self
             .status
             .iter()
-            .filter(|s| applies(&s.req))
+            .filter(|s| applies(&s.req) && self.wants(s.req.event))
             .filter_map(|s| {
                 s.missing
                     .as_ref()
@@ -560,6 +639,52 @@ mod tests {
         }
     }
 
+    /// `serve`'s labels: device, operation, stage, and the controller and queue where a
+    /// profile's table has them, never a column that differs per I/O; places do not
+    /// split `stat`'s tables.
+    #[test]
+    fn metric_labels_are_the_labels_plus_controller_and_queue_and_nothing_per_io() {
+        let per_io = ["cid", "tag", "sector", "slba", "start_ns", "bytes", "qd"];
+        let places = ["qid", "ctrl", "cntlid", "disk"];
+        for p in all() {
+            let sc = p.schema();
+            let names =
+                |ix: &[usize]| -> Vec<&str> { ix.iter().map(|&i| sc.columns[i].name).collect() };
+            let metric = names(&sc.metric_labels);
+            let labels = names(&sc.labels);
+            assert!(
+                labels.iter().all(|l| metric.contains(l)),
+                "{}: {metric:?}",
+                p.name()
+            );
+            for c in sc.names() {
+                if per_io.contains(&c) {
+                    assert!(!metric.contains(&c), "{}: {c} is per I/O", p.name());
+                }
+                if places.contains(&c) {
+                    assert!(
+                        metric.contains(&c),
+                        "{}: {c} is not a metric label",
+                        p.name()
+                    );
+                }
+                if c == "qid" {
+                    assert!(!labels.contains(&c), "{}: a stat table per queue", p.name());
+                }
+            }
+        }
+        let nvme = find("nvme").unwrap().schema();
+        let m: Vec<&str> = nvme
+            .metric_labels
+            .iter()
+            .map(|&i| nvme.columns[i].name)
+            .collect();
+        assert!(
+            m.contains(&"ctrl") && m.contains(&"qid") && m.contains(&"opcode"),
+            "{m:?}"
+        );
+    }
+
     #[test]
     fn metadata_names_the_profile_and_a_newer_table_is_refused() {
         let header: Vec<&str> = block::Block.schema().names().collect();
@@ -616,6 +741,7 @@ mod columns_page {
                             .join(" + ")
                     ),
                     Role::Status => "status".to_string(),
+                    Role::Place => "place (a label of `serve`'s metrics)".to_string(),
                     Role::Value => "value".to_string(),
                 };
                 let kind = match c.kind {

@@ -98,19 +98,11 @@ impl CsvSink {
     }
 
     pub fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
-        let n = r.schema().columns.len();
-        for i in 0..n {
-            if i > 0 {
-                self.buf.push(b',');
-            }
-            match r.value(i) {
-                Value::Time(t) => self.clock.push_bytes(t, &mut self.buf),
-                Value::U64(v) => crate::record::put_u64(&mut self.buf, v),
-                Value::Str(s) => push_field(&mut self.buf, s),
-                Value::String(s) => push_field(&mut self.buf, &s),
-                v => v.write_bytes(&mut self.buf),
-            }
-        }
+        let clock = &mut self.clock;
+        r.write_csv(&mut CsvRow {
+            buf: &mut self.buf,
+            time: &mut |t, buf| clock.push_bytes(t, buf),
+        });
         self.buf.push(b'\n');
         self.rows += 1;
         if self.buf.len() >= CHUNK {
@@ -183,6 +175,30 @@ impl CsvSink {
     /// Flush everything; the error is returned, not swallowed.
     pub fn finish(&mut self) -> Result<(), SinkError> {
         self.flush()
+    }
+}
+
+/// A row being rendered: where [`IoRecord::write_csv`] puts its cells.
+pub struct CsvRow<'a> {
+    buf: &'a mut Vec<u8>,
+    /// A start time: wall-clock text from the sink's clock.
+    time: &'a mut dyn FnMut(u64, &mut Vec<u8>),
+}
+
+impl CsvRow<'_> {
+    /// One cell, after a separator unless it is the row's first.
+    #[inline]
+    pub fn cell(&mut self, first: bool, v: Value<'_>) {
+        if !first {
+            self.buf.push(b',');
+        }
+        match v {
+            Value::Time(t) => (self.time)(t, self.buf),
+            Value::U64(v) => crate::record::put_u64(self.buf, v),
+            Value::Str(s) => push_field(self.buf, s),
+            Value::String(s) => push_field(self.buf, &s),
+            v => v.write_bytes(self.buf),
+        }
     }
 }
 

@@ -1,9 +1,9 @@
 //! The Prometheus sink of `serve`: per-stage latency histograms and the run's counters,
 //! kept in a `prometheus-client` registry that the HTTP threads encode.
 //!
-//! Labels are the profile's label columns (device and operation for block; the
-//! profile's queue or controller where its table has them), the stage and the
-//! profile: bounded, nothing per I/O. Buckets are powers of two of microseconds from
+//! Labels are the profile's label and place columns (device and operation for block;
+//! controller and queue where the profile's table has them, [`crate::record::Role::Place`]), the
+//! stage and the profile: bounded, nothing per I/O. Buckets are powers of two of microseconds from
 //! 1 µs to 2^24 µs (≈17 s) and +Inf, as ebpf_exporter's exp2 histograms in seconds.
 //!
 //! A record traced at 1 in N stands for N I/Os: it adds N to its bucket and to
@@ -168,14 +168,14 @@ impl MetricsSink {
 
     fn group(&mut self, r: &dyn IoRecord) -> &Group {
         self.key.clear();
-        for &i in &self.schema.labels {
+        for &i in &self.schema.metric_labels {
             r.value(i).write_text(&mut self.key);
             self.key.push('\0');
         }
         if !self.groups.contains_key(&self.key) {
             let mut labels: Labels = self
                 .schema
-                .labels
+                .metric_labels
                 .iter()
                 .map(|&i| {
                     (

@@ -66,7 +66,15 @@ impl Default for Percentiles {
 
 struct Group {
     labels: Vec<String>,
+    /// The labels as the table's index keys them.
+    key: Vec<u8>,
+    /// Per stage, each traced I/O counted for the I/Os its sampling rate stands for:
+    /// when `--max-rate` changes the rate mid-run, an I/O traced at 1 in 64 weighs 64
+    /// times one traced at 1 in 1, or the percentiles would be those of the busy
+    /// second before the change, not of the run.
     stages: Vec<Histogram<u32>>,
+    /// Per stage, the traced I/Os that have it (the COUNT column).
+    counts: Vec<u64>,
     ios: u64,
     /// I/Os the sampled ones stand for: the sum of their sampling rates (1 in N), and
     /// the sum of N(N-1), the variance of that estimate (each I/O in the sample with
@@ -93,12 +101,15 @@ impl Group {
 pub struct StatTable {
     schema: &'static Schema,
     groups: Vec<Group>,
-    /// The labels themselves are the key (no hash stands in for them), each as
-    /// `<length>:<text>` so no two label lists share a key; a lookup borrows the
-    /// rendered key and only a new group allocates.
-    index: HashMap<String, usize>,
-    key: String,
-    label: String,
+    /// The labels themselves are the key (no hash stands in for them): each label's
+    /// text followed by its length in 4 bytes, so no two label lists share a key (read
+    /// from the end, the lengths split it back). A lookup borrows the rendered key and
+    /// only a new group allocates.
+    index: HashMap<Vec<u8>, usize>,
+    key: Vec<u8>,
+    /// The group the previous record went to, and its key: consecutive records are
+    /// mostly of one group, found without hashing.
+    last: Option<usize>,
 }
 
 impl StatTable {
@@ -107,25 +118,22 @@ impl StatTable {
             schema,
             groups: Vec::new(),
             index: HashMap::new(),
-            key: String::new(),
-            label: String::new(),
+            key: Vec::new(),
+            last: None,
         }
     }
 
-    fn push_label(&mut self, text: &str) {
-        crate::record::push_u64(&mut self.key, text.len() as u64);
-        self.key.push(':');
-        self.key.push_str(text);
+    fn end_label(&mut self, start: usize) {
+        let len = u32::try_from(self.key.len() - start).unwrap_or(u32::MAX);
+        self.key.extend_from_slice(&len.to_le_bytes());
     }
 
     pub fn add(&mut self, r: &dyn IoRecord, sample: u32) {
         self.key.clear();
         for &i in &self.schema.labels {
-            let mut label = std::mem::take(&mut self.label);
-            label.clear();
-            r.value(i).write_text(&mut label);
-            self.push_label(&label);
-            self.label = label;
+            let start = self.key.len();
+            r.value(i).write_bytes(&mut self.key);
+            self.end_label(start);
         }
         let g = self.group(|| {
             r.schema()
@@ -139,10 +147,41 @@ impl StatTable {
         let n = u64::from(sample.max(1));
         g.estimated += n - 1;
         g.variance += n * (n - 1);
-        for (h, &i) in g.stages.iter_mut().zip(&self.schema.stages) {
+        let weight = u32::try_from(n).unwrap_or(u32::MAX);
+        for ((h, c), &i) in g
+            .stages
+            .iter_mut()
+            .zip(&mut g.counts)
+            .zip(&self.schema.stages)
+        {
             if let Some(v) = r.value(i).as_ns() {
-                h.saturating_record(v.min(MAX_NS));
+                h.saturating_record_n(v.min(MAX_NS), weight);
+                *c += 1;
             }
+        }
+    }
+
+    /// Add every group of `other` (a table of the same schema) into this one.
+    pub fn absorb(&mut self, other: &StatTable) {
+        for og in &other.groups {
+            self.key.clear();
+            self.key.extend_from_slice(&og.key);
+            let g = self.group(|| og.labels.clone());
+            let g = &mut self.groups[g];
+            for (h, oh) in g.stages.iter_mut().zip(&og.stages) {
+                // Same bounds on both sides, so no value is out of range; counts
+                // saturate.
+                let _ = h.add(oh);
+            }
+            for (c, oc) in g.counts.iter_mut().zip(&og.counts) {
+                *c += oc;
+            }
+            g.ios += og.ios;
+            g.estimated += og.estimated;
+            g.variance += og.variance;
+            g.incomplete += og.incomplete;
+            g.dropped += og.dropped;
+            g.errors += og.errors;
         }
     }
 
@@ -155,7 +194,10 @@ impl StatTable {
         }
         self.key.clear();
         for &i in &self.schema.labels {
-            self.push_label(row.cells.get(i).copied().unwrap_or(""));
+            let start = self.key.len();
+            let cell = row.cells.get(i).copied().unwrap_or("");
+            self.key.extend_from_slice(cell.as_bytes());
+            self.end_label(start);
         }
         let g = self.group(|| {
             row.schema
@@ -166,9 +208,10 @@ impl StatTable {
         });
         let g = &mut self.groups[g];
         Self::count(g, status);
-        for (h, v) in g.stages.iter_mut().zip(stages) {
+        for ((h, c), v) in g.stages.iter_mut().zip(&mut g.counts).zip(stages) {
             if let Some(v) = v {
                 h.saturating_record(v.min(MAX_NS));
+                *c += 1;
             }
         }
         Ok(())
@@ -187,7 +230,11 @@ impl StatTable {
 
     /// The group of `self.key`, made on first sight with `labels()`.
     fn group(&mut self, labels: impl FnOnce() -> Vec<String>) -> usize {
-        if let Some(&g) = self.index.get(self.key.as_str()) {
+        if let Some(g) = self.last.filter(|&g| self.groups[g].key == self.key) {
+            return g;
+        }
+        if let Some(&g) = self.index.get(&self.key) {
+            self.last = Some(g);
             return g;
         }
         let stages = (0..self.schema.stages.len())
@@ -199,6 +246,8 @@ impl StatTable {
             .collect();
         self.groups.push(Group {
             labels: labels(),
+            key: self.key.clone(),
+            counts: vec![0; self.schema.stages.len()],
             stages,
             ios: 0,
             estimated: 0,
@@ -209,6 +258,7 @@ impl StatTable {
         });
         let g = self.groups.len() - 1;
         self.index.insert(self.key.clone(), g);
+        self.last = Some(g);
         g
     }
 
@@ -219,6 +269,7 @@ impl StatTable {
     pub fn clear(&mut self) {
         self.groups.clear();
         self.index.clear();
+        self.last = None;
     }
 
     /// I/Os counted in the group whose labels are `labels`.
@@ -287,7 +338,7 @@ impl StatTable {
                     vec![String::new(); g.labels.len()]
                 };
                 row.push(stage_names[i].to_string());
-                row.push(h.len().to_string());
+                row.push(g.counts[i].to_string());
                 if h.is_empty() {
                     row.extend(std::iter::repeat_n(
                         "-".to_string(),
@@ -322,7 +373,7 @@ impl StatTable {
                 .zip(&g.labels)
                 .map(|(k, v)| (k.to_string(), Json::from(v.as_str())))
                 .collect();
-            let stages = g.stages.iter().zip(&stage_names).map(|(h, name)| {
+            let stages = g.stages.iter().zip(&g.counts).zip(&stage_names).map(|((h, count), name)| {
                 let (mean, max, ps) = if h.is_empty() {
                     (Json::Null, Json::Null, Json::Null)
                 } else {
@@ -335,7 +386,7 @@ impl StatTable {
                     let mean = (h.mean() * 10.0).round() / 10.0;
                     (mean.into(), h.max().into(), ps.into())
                 };
-                json!({"stage": name, "count": h.len(), "mean_ns": mean,
+                json!({"stage": name, "count": count, "mean_ns": mean,
                        "percentiles_ns": ps, "max_ns": max})
             });
             json!({"labels": labels, "ios": g.ios, "ios_estimated": g.estimated,
@@ -429,7 +480,9 @@ pub struct StatFormat {
     pub intervals: bool,
 }
 
-/// The stat sink: an interval table and a whole-run table.
+/// The stat sink: an interval table and a whole-run table. Records go to the interval
+/// table only; the whole-run table takes its groups in at the end of each interval
+/// and of the run, so each record is rendered into a key and histograms once.
 pub struct StatSink {
     interval: StatTable,
     total: StatTable,
@@ -455,7 +508,6 @@ impl StatSink {
 
     pub fn record(&mut self, r: &dyn IoRecord, sample: u32) {
         self.interval.add(r, sample);
-        self.total.add(r, sample);
     }
 
     /// Print and reset the interval table.
@@ -482,6 +534,7 @@ impl StatSink {
             s.push('\n');
             s
         };
+        self.total.absorb(&self.interval);
         self.interval.clear();
         self.write(&s)
     }
@@ -490,6 +543,8 @@ impl StatSink {
         if self.format.intervals && !self.interval.is_empty() {
             self.tick(health)?;
         }
+        self.total.absorb(&self.interval);
+        self.interval.clear();
         let pcts = &self.format.percentiles;
         let s = if self.format.json {
             let elapsed = self.started.elapsed().as_secs_f64();
@@ -508,10 +563,6 @@ impl StatSink {
         };
         self.out.write_all(s.as_bytes()).map_err(map)?;
         self.out.flush().map_err(map)
-    }
-
-    pub fn total(&self) -> &StatTable {
-        &self.total
     }
 }
 
@@ -594,6 +645,104 @@ mod tests {
             b.split_whitespace().collect::<Vec<_>>(),
             ["b", "0", "-", "-", "-", "-"]
         );
+    }
+
+    /// A run whose rate changed: 900 I/Os of 10 µs traced 1 in 1 before the change,
+    /// 100 of 100 µs traced 1 in 64 after it. The run had 900 + 6400 I/Os, most of
+    /// them 100 µs: p50 is 100 µs, though most traced I/Os were 10 µs.
+    #[test]
+    fn percentiles_weigh_each_io_by_the_ios_its_rate_stands_for() {
+        let mut t = StatTable::new(T::table());
+        for i in 0..1000 {
+            let (lat, n) = if i < 900 { (10_000, 1) } else { (100_000, 64) };
+            t.add(&T::new(i, "read", Some(lat), None), n);
+        }
+        let v = t.json(&Percentiles::default());
+        let a = &v[0]["stages"][0];
+        assert_eq!(a["count"], 1000, "{a}");
+        let p50 = a["percentiles_ns"]["50"].as_u64().unwrap();
+        assert!((99_000..=101_000).contains(&p50), "{a}");
+        assert_eq!(v[0]["ios_estimated"], 900 + 6400, "{v}");
+    }
+
+    /// Records go to the interval table only; the summary takes every interval in,
+    /// the partial last one included, with or without interval tables printed.
+    #[test]
+    fn the_summary_holds_every_interval() {
+        #[derive(Clone, Default)]
+        struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        for intervals in [true, false] {
+            let buf = Buf::default();
+            let format = StatFormat {
+                json: true,
+                percentiles: Percentiles::default(),
+                intervals,
+            };
+            let mut sink = StatSink::new(T::table(), Box::new(buf.clone()), format);
+            let h = Health::default();
+            for i in 0..10 {
+                sink.record(&T::new(i, "read", Some(1000), None), 1);
+            }
+            sink.tick(&h).unwrap();
+            for i in 0..5 {
+                sink.record(&T::new(i, "read", Some(3000), None), 2);
+            }
+            for i in 0..3 {
+                sink.record(&T::new(i, "write", Some(7000), Some(-1)), 1);
+            }
+            sink.finish("x", &h).unwrap();
+            let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+            let summary: Json = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+            assert_eq!(summary["type"], "summary", "{text}");
+            let group = |op: &str| {
+                summary["groups"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|g| g["labels"]["op"] == op)
+                    .unwrap_or_else(|| panic!("{op}: {text}"))
+                    .clone()
+            };
+            let read = group("read");
+            assert_eq!(
+                (read["ios"].as_u64(), read["ios_estimated"].as_u64()),
+                (Some(15), Some(20))
+            );
+            assert_eq!(read["stages"][0]["count"], 15);
+            // 10 of 1 µs, and 5 of 3 µs weighing 2 each: p50 is 1 µs, p90 3 µs.
+            let p50 = read["stages"][0]["percentiles_ns"]["50"].as_u64().unwrap();
+            assert!((990..=1010).contains(&p50), "{read}");
+            let p90 = read["stages"][0]["percentiles_ns"]["90"].as_u64().unwrap();
+            assert!((2990..=3010).contains(&p90), "{read}");
+            assert_eq!(group("write")["ios"], 3);
+            let lines = text.lines().count();
+            assert_eq!(lines, if intervals { 3 } else { 2 }, "{text}");
+        }
+    }
+
+    /// Label texts are keyed with their lengths: ("ab", "c") and ("a", "bc") are two
+    /// groups.
+    #[test]
+    fn label_keys_do_not_run_together() {
+        let mut t = StatTable::new(T::table());
+        let mut a = T::new(0, "c", Some(1), None);
+        a.dev = "ab";
+        let mut b = T::new(0, "bc", Some(1), None);
+        b.dev = "a";
+        t.add(&a, 1);
+        t.add(&b, 1);
+        t.add(&a, 1);
+        assert_eq!(t.ios(&["ab", "c"]), 2);
+        assert_eq!(t.ios(&["a", "bc"]), 1);
     }
 
     #[test]

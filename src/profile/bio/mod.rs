@@ -58,6 +58,7 @@ static DESCRIPTOR: Descriptor = Descriptor {
     events: EVENTS,
     schema: BioRecord::table,
     args: device_args,
+    needs: &[],
 };
 
 impl Profile for Bio {

@@ -56,7 +56,7 @@
 use super::record::BlockRecord;
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::{Correlator, Counters, FxMap, Gap, Status};
+use crate::correlate::{Correlator, Counters, DevMap, Gap, Status};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
 use crate::profile::shared::device_io::DeviceIo;
@@ -98,6 +98,9 @@ pub struct BlockConfig {
     pub names: HashMap<u32, String>,
     /// In-flight requests kept at most; beyond it the oldest are given up.
     pub max_in_flight: usize,
+    /// `block_rq_insert` is traced. Without it every request looks issued directly,
+    /// so its queue time is unknown: q2c is left empty, not set to d2c.
+    pub inserts: bool,
 }
 
 impl Default for BlockConfig {
@@ -106,6 +109,7 @@ impl Default for BlockConfig {
             devices: Vec::new(),
             names: HashMap::new(),
             max_in_flight: DEFAULT_MAX,
+            inserts: true,
         }
     }
 }
@@ -155,8 +159,8 @@ pub struct BlockCorrelator {
     cfg: BlockConfig,
     pending: Inflight<Key, Pending>,
     /// Issued, not completed requests per device.
-    issued: FxMap<u32, u32>,
-    names: FxMap<u32, Arc<str>>,
+    issued: DevMap<u32>,
+    names: DevMap<Arc<str>>,
     counters: Counters,
     missing: Unaccounted,
     /// Per device (a run traces few: a short list beats hashing on every event).
@@ -177,7 +181,7 @@ impl BlockCorrelator {
             .collect();
         BlockCorrelator {
             pending: Inflight::new(cfg.max_in_flight),
-            issued: FxMap::default(),
+            issued: DevMap::default(),
             cfg,
             names,
             counters: Counters::default(),
@@ -329,6 +333,9 @@ impl BlockCorrelator {
             ),
             None => (None, None, 0, Status::Incomplete),
         };
+        if !self.cfg.inserts {
+            q2c = None;
+        }
         if p.cut {
             // Its insert went missing: the queue time is unknown.
             q2c = None;

@@ -7,7 +7,7 @@
 pub mod correlate;
 pub mod record;
 
-use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
+use super::{sample, EventReq, Need, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::device::BlockDevice;
 use crate::filter::Filter;
 use crate::profile::shared::select::{dev_filter, device_args, devices, open_block, sector_sample};
@@ -67,6 +67,20 @@ const EVENTS: &[EventReq] = &[
     },
 ];
 
+/// The queue time needs the insert; d2c only the issue and completion every row has.
+/// On a device with a scheduler, or one the block layer cannot issue to directly, the
+/// insert is one of three samples per I/O: `--stages d2c` leaves it out.
+const NEEDS: &[Need] = &[
+    Need {
+        stage: "q2d",
+        events: &["block_rq_insert"],
+    },
+    Need {
+        stage: "q2c",
+        events: &["block_rq_insert"],
+    },
+];
+
 /// What this profile is, what it opens and what it writes.
 static DESCRIPTOR: Descriptor = Descriptor {
     name: "block",
@@ -74,6 +88,7 @@ static DESCRIPTOR: Descriptor = Descriptor {
     events: EVENTS,
     schema: BlockRecord::table,
     args: device_args,
+    needs: NEEDS,
 };
 
 impl Profile for Block {
@@ -88,12 +103,17 @@ impl Profile for Block {
         let asked = devices(ctx, &mut b)?;
         let devs: Vec<u32> = asked.iter().map(BlockDevice::kernel_dev).collect();
         let filter = Filter::and(dev_filter(&devs), sector_sample(ctx, &mut b, rate, &asked)?);
-        for e in EVENTS.iter().filter(|e| ctx.has(e.system, e.event)) {
+        for e in EVENTS.iter().filter(|e| ctx.opens(e.system, e.event)) {
             open_block(&mut b, e.event, filter.clone(), |e| e)?;
+        }
+        let inserts = ctx.opens("block", "block_rq_insert");
+        if !inserts {
+            b.note("block_rq_insert is not traced (--stages): rows have d2c only, q2d and q2c are empty");
         }
         Ok(b.build(BlockCorrelator::new(BlockConfig {
             devices: devs,
             names: ctx.sys.names(),
+            inserts,
             ..Default::default()
         })))
     }

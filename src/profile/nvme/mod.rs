@@ -10,7 +10,7 @@ pub mod record;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use super::{sample, EventReq, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
+use super::{sample, EventReq, Need, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::filter::Filter;
 use crate::profile::shared::cmd::{NvmeConfig, DEFAULT_LBA_SIZE};
 use crate::profile::shared::nvme_events as events;
@@ -64,6 +64,18 @@ const EVENTS: &[EventReq] = &[
     },
 ];
 
+/// The time before the driver needs the block events; `--stages driver` leaves them out.
+const NEEDS: &[Need] = &[
+    Need {
+        stage: "blk_to_driver",
+        events: &["block_bio_queue", "block_rq_insert", "block_rq_complete"],
+    },
+    Need {
+        stage: "total",
+        events: &["block_bio_queue", "block_rq_insert", "block_rq_complete"],
+    },
+];
+
 /// What this profile is, what it opens and what it writes.
 static DESCRIPTOR: Descriptor = Descriptor {
     name: "nvme",
@@ -71,6 +83,7 @@ static DESCRIPTOR: Descriptor = Descriptor {
     events: EVENTS,
     schema: NvmeRecord::table,
     args,
+    needs: NEEDS,
 };
 
 /// The flags this profile adds to `record` and `stat`.
@@ -111,6 +124,9 @@ impl Profile for Nvme {
                 "{}: block events are not traced (they carry no command id to sample by): no blk_to_driver_ns, total_ns",
                 sample::flag_name(ctx, rate)
             ));
+            cfg.disk_devs.clear();
+        } else if !ctx.wants("block_rq_insert") {
+            b.note("--stages: block events are not traced: no blk_to_driver_ns, total_ns");
             cfg.disk_devs.clear();
         }
         let sampled = sample::filter("cid", sample::cid_mask(rate).into());

@@ -68,7 +68,7 @@ static COLUMNS: &[Column<NvmeRecord>] = &[
     },
     Column {
         name: "disk",
-        role: Role::Value,
+        role: Role::Place,
         kind: Kind::Text,
         get: |r| Value::Str(r.core.disk.as_str()),
     },

@@ -100,6 +100,7 @@ static DESCRIPTOR: Descriptor = Descriptor {
     events: EVENTS,
     schema: TcpRecord::table,
     args,
+    needs: &[],
 };
 
 /// The flags this profile adds to `record` and `stat`.

@@ -40,18 +40,22 @@ static COLUMNS: &[Column<TcpRecord>] = &[
     }),
     col("start_ns", V, Kind::U64, |r| Value::U64(r.start())),
     col("side", V, Kind::Text, |r| Value::Str(r.side())),
-    col("ctrl", V, Kind::Text, |r| {
+    col("ctrl", Role::Place, Kind::Text, |r| {
         r.host
             .as_ref()
             .map_or(Value::Empty, |h| Value::Named("nvme", h.ctrl_id as u64))
     }),
-    col("disk", V, Kind::Text, |r| {
+    col("disk", Role::Place, Kind::Text, |r| {
         r.host
             .as_ref()
             .map_or(Value::Empty, |h| Value::Str(h.disk.as_str()))
     }),
-    col("cntlid", V, Kind::U64, |r| Value::U64(ident(r).0 as u64)),
-    col("qid", V, Kind::U64, |r| Value::U64(ident(r).1 as u64)),
+    col("cntlid", Role::Place, Kind::U64, |r| {
+        Value::U64(ident(r).0 as u64)
+    }),
+    col("qid", Role::Place, Kind::U64, |r| {
+        Value::U64(ident(r).1 as u64)
+    }),
     col("cid", V, Kind::U64, |r| Value::U64(ident(r).2 as u64)),
     host!("tag", V, |h| Some(h.tag as u64)),
     col("op", Role::Label, Kind::Text, |r| Value::from(r.op_label())),

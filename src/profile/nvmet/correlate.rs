@@ -47,7 +47,7 @@ static COLUMNS: &[Column<NvmetRecord>] = &[
     },
     Column {
         name: "device",
-        role: Role::Value,
+        role: Role::Place,
         kind: Kind::Text,
         get: |r| Value::Str(r.core.disk.as_str()),
     },

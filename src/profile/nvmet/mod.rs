@@ -38,6 +38,7 @@ static DESCRIPTOR: Descriptor = Descriptor {
     events: EVENTS,
     schema: NvmetRecord::table,
     args,
+    needs: &[],
 };
 
 /// The flags this profile adds to `record` and `stat`.

@@ -67,6 +67,7 @@ impl Op {
     /// `rwbs` is built by `blk_fill_rwbs`: an optional leading `F` (preflush), then the
     /// op letter (`W`, `R`, `D`, `DE`, `F`, `N`), then flag letters (`F`ua, `A`head,
     /// `S`ync, `M`eta).
+    #[inline]
     pub fn from_rwbs(rwbs: &[u8]) -> Op {
         let (preflush, rest) = match rwbs {
             [b'F', b'W' | b'R' | b'D' | b'N' | b'F', ..] => (true, &rwbs[1..]),
@@ -184,10 +185,18 @@ impl BlockLayout {
             sector: self.sector.u64(raw),
             nr_sector,
             bytes: self.bytes.map_or(nr_sector << 9, |f| f.u32(raw)),
-            op: Op::from_rwbs(self.rwbs.str(raw)),
+            // `from_rwbs` reads two letters at most, and a NUL matches none of them:
+            // no need to look for the end of the string.
+            op: Op::from_rwbs(rwbs_head(self.rwbs.array(raw))),
             error: self.error.map_or(0, |f| f.i64(raw) as i32),
         })
     }
+}
+
+/// The first two bytes of `rwbs` (fewer when the field is shorter).
+#[inline]
+fn rwbs_head(rwbs: &[u8]) -> &[u8] {
+    &rwbs[..rwbs.len().min(2)]
 }
 
 pub use crate::device::{dev_major, dev_minor, kernel_dev};
@@ -223,6 +232,31 @@ mod tests {
         assert_eq!(Op::from_rwbs(b"DE"), Op::Discard);
         assert_eq!(Op::from_rwbs(b"N"), Op::Other);
         assert_eq!(Op::from_rwbs(b""), Op::Other);
+        // What decode reads, two bytes of the field with the NUL padding: the same op.
+        for rwbs in [
+            &b"R"[..],
+            b"RA",
+            b"WS",
+            b"WFS",
+            b"FWS",
+            b"FN",
+            b"F",
+            b"FF",
+            b"D",
+            b"DE",
+            b"N",
+            b"",
+        ] {
+            let mut field = [0u8; 8];
+            field[..rwbs.len()].copy_from_slice(rwbs);
+            for size in 1..=8 {
+                assert_eq!(
+                    Op::from_rwbs(rwbs_head(&field[..size])),
+                    Op::from_rwbs(&rwbs[..rwbs.len().min(size)]),
+                    "{rwbs:?} in {size} bytes"
+                );
+            }
+        }
         for o in [Op::Read, Op::Write, Op::Flush, Op::Discard, Op::Other] {
             assert_eq!(Op::parse(o.as_str()), Some(o));
         }

@@ -14,7 +14,7 @@ pub const fn core_columns<R: HasCore>() -> [Column<R>; 8] {
     [
         Column {
             name: "qid",
-            role: Role::Value,
+            role: Role::Place,
             kind: Kind::U64,
             get: |r| Value::U64(r.core().qid as u64),
         },
