@@ -128,7 +128,14 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
 
 pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32> {
     // What selects or paces a live run has no meaning for a capture: refused, not ignored.
-    let live_only = ["duration", "mmap_pages", "realtime", "max_rate", "command"];
+    let live_only = [
+        "duration",
+        "mmap_pages",
+        "realtime",
+        "max_rate",
+        "stages",
+        "command",
+    ];
     let given = |id: &str| flags.value_source(id) == Some(ValueSource::CommandLine);
     for id in live_only.iter().map(|s| s.to_string()).chain(
         super::args::profile_args()
