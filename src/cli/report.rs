@@ -5,8 +5,7 @@ use super::args::ReportArgs;
 use anyhow::{Context, Result};
 use ntprof_perf::record::Row;
 use ntprof_perf::sink::input::Input;
-use ntprof_perf::sink::stat::{json_line, summary, StatTable};
-use ntprof_perf::sink::Health;
+use ntprof_perf::sink::stat::{json_line, StatTable};
 
 pub fn report(a: &ReportArgs) -> Result<i32> {
     let imported = super::import::rows_of(&a.file)?;
@@ -40,11 +39,14 @@ pub fn report(a: &ReportArgs) -> Result<i32> {
             head.push_str(&format!(", {k} {v}"));
         }
     }
-    // A CSV cannot know what the kernel dropped while recording: only row counts here.
-    super::Out::new().text(&summary(&table, &head, &Health::default(), pcts).replacen(
-        "samples 0  lost 0  unmatched 0  incomplete 0  in-flight 0",
-        "(lost samples are reported by record at exit)",
-        1,
-    ));
+    // A file holds rows, not the run's counters: those are on record's exit line (and,
+    // for Parquet, in its `ntprof.health` metadata), not zeros here.
+    let mut text = format!("=== {head}  (lost and dropped samples: see record's exit line)\n");
+    if table.is_empty() {
+        text.push_str("(no I/O recorded)\n");
+    } else {
+        text.push_str(&table.render(pcts));
+    }
+    super::Out::new().text(&text);
     Ok(0)
 }
