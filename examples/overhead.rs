@@ -373,7 +373,17 @@ fn run(ctx: &Ctx, m: Mode, secs: u64) -> Run {
         ctx.lost(m, "", "")
     } else {
         outs.iter()
-            .map(|(o, e)| ctx.lost(m, o, e))
+            .map(|(o, e)| {
+                let l = ctx.lost(m, o, e);
+                if l.is_none() {
+                    eprintln!(
+                        "    {}: no lost count in its output: {}",
+                        m.name(),
+                        e.trim()
+                    );
+                }
+                l
+            })
             .try_fold(0, |a, l| l.map(|l| a + l))
     };
     let pair = match &outs[..] {
