@@ -193,9 +193,16 @@ pub struct Selection {
 pub struct RecordArgs {
     #[command(flatten)]
     pub sel: Selection,
-    /// Write the rows here instead of standard output; created before tracing starts.
-    /// A name ending in `.parquet` is written as Parquet. Repeatable: the same rows go
-    /// to every file (`-o io.csv -o io.parquet`).
+    #[command(flatten)]
+    pub rows: Rows,
+}
+
+/// Where rows go and which: shared by `record` and `import`.
+#[derive(Debug, Args)]
+pub struct Rows {
+    /// Write the rows here instead of standard output; created before any event is
+    /// read. A name ending in `.parquet` is written as Parquet. Repeatable: the same
+    /// rows go to every file (`-o io.csv -o io.parquet`).
     #[arg(short, long, value_name = "FILE")]
     pub output: Vec<PathBuf>,
     /// Format of the -o files whose name does not say (default csv). Parquet needs a
@@ -247,16 +254,8 @@ pub struct ImportArgs {
     /// all in the capture).
     #[arg(short, long)]
     pub profile: Option<String>,
-    /// Write the rows here instead of standard output. A name ending in `.parquet` is
-    /// written as Parquet. Repeatable.
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Vec<PathBuf>,
-    /// Format of the -o files whose name does not say (default csv).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<Format>,
-    /// Write only I/Os whose total latency is at least this (as `record --min-latency`).
-    #[arg(long, value_name = "LATENCY", value_parser = min_latency)]
-    pub min_latency: Option<u64>,
+    #[command(flatten)]
+    pub rows: Rows,
     /// Event formats from this tracefs tree (the recording kernel's, or a copy) instead
     /// of the file's own tracing data.
     #[arg(long, value_name = "DIR")]

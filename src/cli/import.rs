@@ -2,7 +2,7 @@
 //! by stock `perf record`, replayed through the profile's plan as a live run would run
 //! it (see `ntprof_perf::import`).
 
-use super::args::{ImportArgs, StatArgs};
+use super::args::{ImportArgs, Rows, StatArgs};
 use super::live::row_writer;
 use anyhow::Result;
 use clap::parser::ValueSource;
@@ -100,9 +100,9 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
         // The capture's own in-kernel sampling (a `--sample` filter) is not known here.
         ..FileInfo::this_host(schema, 1, clock)
     };
-    let (writer, written_to) = row_writer(&a.output, a.format, schema, clock, &info)?;
+    let (writer, written_to) = row_writer(&a.rows.output, a.rows.format, schema, clock, &info)?;
     let to = to.map_or(written_to, str::to_string);
-    let mut rec = Recorder::new(writer, a.min_latency, StatusLine::on_stderr());
+    let mut rec = Recorder::new(writer, a.rows.min_latency, StatusLine::on_stderr());
     let described = format!(
         "{}{}",
         cap.clock.describe(),
@@ -205,9 +205,11 @@ pub fn rows_of(path: &Path) -> Result<Option<Imported>> {
     let a = ImportArgs {
         file: path.to_path_buf(),
         profile: None,
-        output: vec![out.path().to_path_buf()],
-        format: None,
-        min_latency: None,
+        rows: Rows {
+            output: vec![out.path().to_path_buf()],
+            format: None,
+            min_latency: None,
+        },
         tracefs: None,
     };
     import_as(&a, Some("a temporary CSV, removed after"))?;

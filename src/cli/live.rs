@@ -168,8 +168,8 @@ pub fn record(a: RecordArgs, flags: &clap::ArgMatches) -> Result<i32> {
     let clock = WallClock::now();
     let schema = r.profile.schema();
     let info = || FileInfo::this_host(r.profile.schema(), r.plan.sample, clock);
-    let (writer, to) = row_writer(&a.output, a.format, schema, clock, &info)?;
-    let rec = Recorder::new(writer, a.min_latency, StatusLine::on_stderr());
+    let (writer, to) = row_writer(&a.rows.output, a.rows.format, schema, clock, &info)?;
+    let rec = Recorder::new(writer, a.rows.min_latency, StatusLine::on_stderr());
     run(r, Output::Rows(rec), to)
 }
 
