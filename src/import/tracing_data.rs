@@ -137,26 +137,23 @@ pub fn parse(data: &[u8]) -> Result<Vec<EventText>, TracingDataError> {
     }
     let mut out = Vec::new();
     for _ in 0..c.u32("the event system count")? {
-        let system = c.cstr("an event system name")?;
-        let system = std::str::from_utf8(system)
-            .map_err(|_| TracingDataError::NotText {
-                what: "an event system name",
-            })?
-            .to_string();
+        let system = text(c.cstr("an event system name")?, "an event system name")?;
         for _ in 0..c.u32("an event count")? {
-            let text = c.sized("an event format")?;
-            let text = std::str::from_utf8(text)
-                .map_err(|_| TracingDataError::NotText {
-                    what: "an event format",
-                })?
-                .to_string();
+            let format = text(c.sized("an event format")?, "an event format")?;
             out.push(EventText {
                 system: system.clone(),
-                text,
+                text: format,
             });
         }
     }
     Ok(out)
+}
+
+/// `bytes` as owned text, or which part of the section was not text.
+fn text(bytes: &[u8], what: &'static str) -> Result<String, TracingDataError> {
+    std::str::from_utf8(bytes)
+        .map(str::to_string)
+        .map_err(|_| TracingDataError::NotText { what })
 }
 
 #[cfg(test)]

@@ -152,12 +152,7 @@ impl Tracefs {
                 } else {
                     MissingReason::NoSystem
                 };
-                return Err(TracefsError::MissingEvent {
-                    system: system.to_string(),
-                    event: event.to_string(),
-                    root: self.root.clone(),
-                    reason,
-                });
+                return Err(self.missing(system, event, reason));
             };
             return parse_format(text).map_err(|source| TracefsError::Format { path, source });
         }
@@ -173,16 +168,20 @@ impl Tracefs {
                 } else {
                     MissingReason::Unreadable
                 };
-                return Err(TracefsError::MissingEvent {
-                    system: system.to_string(),
-                    event: event.to_string(),
-                    root: self.root.clone(),
-                    reason,
-                });
+                return Err(self.missing(system, event, reason));
             }
             Err(source) => return Err(TracefsError::Read { path, source }),
         };
         parse_format(&text).map_err(|source| TracefsError::Format { path, source })
+    }
+
+    fn missing(&self, system: &str, event: &str, reason: MissingReason) -> TracefsError {
+        TracefsError::MissingEvent {
+            system: system.to_string(),
+            event: event.to_string(),
+            root: self.root.clone(),
+            reason,
+        }
     }
 
     /// Every `format` file below `events/`, sorted, for whole-tree checks.
