@@ -19,17 +19,24 @@
 //! - bpftrace: issue → complete latency into an in-kernel `hist()`;
 //! - ntprof-perf `stat` / `record` (block profile: the same three events plus requeue).
 //!
+//! A control mode, the filter floor, opens the floor's events with filters that reject
+//! every hit: the kernel still fills and tests a trace record per hit but writes
+//! nothing, which is the least any in-kernel sampling (`--sample`, `--max-rate`,
+//! `serve`) can cost however few I/Os it keeps.
+//!
 //! Rounds are interleaved: each round runs every mode once, in a shuffled order, so
 //! drift in the machine's load spreads over all modes. Printed per mode: the median
-//! IOPS and its ratio to the untraced median, the tracer's own CPU time per second of
-//! workload (user + system of its process, from /proc; bpftrace's in-kernel work is
-//! paid inside the workload instead), and samples lost.
+//! IOPS, its ratio to the untraced median and the median of its ratios to the untraced
+//! run of the same round, the tracer's own CPU time per second of workload (user +
+//! system of its process, from /proc; bpftrace's in-kernel work is paid inside the
+//! workload instead), and samples lost.
 //!
-//! Run as root: `cargo run --release --example overhead -- [SECONDS] [ROUNDS]`
-//! (default 5 s per run, 5 rounds). Installs fio, bpftrace and perf with apt-get when
-//! they are missing.
+//! Run as root: `cargo run --release --example overhead -- [SECONDS] [ROUNDS] [MODES]`
+//! (default 5 s per run, 5 rounds, every mode; MODES is a comma-separated list of
+//! none, floor, reject, perf, bpftrace, stat, record, sample8, sample64, serve,
+//! maxrate). Installs fio, bpftrace and perf with apt-get when they are missing.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -86,7 +93,9 @@ impl Loop {
         let dir = std::env::temp_dir().join(format!("ntprof-overhead-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         sh(Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=600m", "tmpfs"])
+            // Room for the image and the largest output of one run (a `perf record` of
+            // 5 s at 250k IOPS is ≈400 MB); tmpfs takes only what is written.
+            .args(["-t", "tmpfs", "-o", "size=8g", "tmpfs"])
             .arg(&dir));
         let img = dir.join("img");
         std::fs::File::create(&img)
@@ -162,6 +171,7 @@ fn cpu_time(pid: u32) -> Duration {
 enum Mode {
     None,
     Drain,
+    Reject,
     Perf,
     Bpftrace,
     Stat,
@@ -172,9 +182,10 @@ enum Mode {
     MaxRatePair,
 }
 
-const MODES: [Mode; 10] = [
+const MODES: [Mode; 11] = [
     Mode::None,
     Mode::Drain,
+    Mode::Reject,
     Mode::Perf,
     Mode::Bpftrace,
     Mode::Stat,
@@ -190,6 +201,7 @@ impl Mode {
         match self {
             Mode::None => "no tracer",
             Mode::Drain => "floor: rings drained, nothing decoded",
+            Mode::Reject => "filter floor: events on, every sample filtered out",
             Mode::Perf => "perf record -a",
             Mode::Bpftrace => "bpftrace issue→complete hist()",
             Mode::Stat => "ntprof-perf stat",
@@ -198,6 +210,23 @@ impl Mode {
             Mode::Sample64 => "ntprof-perf stat --sample 64",
             Mode::Serve => "ntprof-perf serve (default --max-rate 2000)",
             Mode::MaxRatePair => "stat --max-rate 2000 beside a full stat",
+        }
+    }
+
+    /// The name that picks this mode on the command line.
+    fn key(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::Drain => "floor",
+            Mode::Reject => "reject",
+            Mode::Perf => "perf",
+            Mode::Bpftrace => "bpftrace",
+            Mode::Stat => "stat",
+            Mode::Record => "record",
+            Mode::Sample8 => "sample8",
+            Mode::Sample64 => "sample64",
+            Mode::Serve => "serve",
+            Mode::MaxRatePair => "maxrate",
         }
     }
 }
@@ -236,9 +265,13 @@ impl Ctx {
                 std::thread::sleep(Duration::from_millis(1500));
                 return vec![full, sampled];
             }
-            Mode::Drain => {
+            Mode::Drain | Mode::Reject => {
                 let mut c = Command::new(std::env::current_exe().expect("own path"));
-                c.args(["--drain-floor", &self.kdev.to_string()])
+                c.args(["--drain-floor", &self.kdev.to_string()]);
+                if m == Mode::Reject {
+                    c.arg("--reject");
+                }
+                c
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped());
                 c
@@ -299,6 +332,7 @@ impl Ctx {
         match m {
             Mode::None => Some(0),
             Mode::Drain
+            | Mode::Reject
             | Mode::Stat
             | Mode::Record
             | Mode::Sample8
@@ -386,6 +420,11 @@ fn run(ctx: &Ctx, m: Mode, secs: u64) -> Run {
             })
             .try_fold(0, |a, l| l.map(|l| a + l))
     };
+    // Outputs are not kept (their lost counts are read): each run starts with the
+    // scratch space as empty as the last.
+    for f in ["io.csv", "perf.data", "perf.data.old"] {
+        let _ = std::fs::remove_file(ctx.scratch.join(f));
+    }
     let pair = match &outs[..] {
         [(full, _), (sampled, _)] if m == Mode::MaxRatePair => d2c_percentiles(full)
             .zip(d2c_percentiles(sampled))
@@ -421,8 +460,10 @@ fn loadavg() -> String {
 
 /// The floor: the block profile's four events on `kdev`, in the rings `stat` would
 /// use (32 MiB over the CPUs), freed as fast as they fill and nothing else; prints
-/// `lost N` when SIGINT ends it.
-fn drain_floor(kdev: u64) {
+/// `lost N` when SIGINT ends it. With `reject`, each filter also asks for a sector no
+/// I/O has: the events are on and every hit is filled and tested, but nothing is
+/// written, which is all that in-kernel sampling (`--sample`, `--max-rate`) can save.
+fn drain_floor(kdev: u64, reject: bool) {
     use ntprof_perf::perf::group::{EventSpec, GroupConfig, PerfGroup};
     use std::sync::atomic::{AtomicBool, Ordering};
     let stop = std::sync::Arc::new(AtomicBool::new(false));
@@ -440,7 +481,11 @@ fn drain_floor(kdev: u64) {
         EventSpec {
             name: format!("block:{e}"),
             tracefs_id: id.trim().parse().expect("numeric id"),
-            filter: Some(format!("dev == {kdev}")),
+            filter: Some(if reject {
+                format!("dev == {kdev} && sector == {}", u64::MAX)
+            } else {
+                format!("dev == {kdev}")
+            }),
         }
     })
     .collect();
@@ -472,14 +517,29 @@ fn main() {
         drain_floor(
             argv.get(2)
                 .and_then(|k| k.parse().ok())
-                .expect("--drain-floor KDEV"),
+                .expect("--drain-floor KDEV [--reject]"),
+            argv.get(3).map(String::as_str) == Some("--reject"),
         );
         return;
     }
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let args: Vec<u64> = argv.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
+    // A comma-separated list of mode keys runs only those (and the untraced baseline).
+    let modes: Vec<Mode> = match argv.iter().skip(1).find(|a| a.parse::<u64>().is_err()) {
+        None => MODES.to_vec(),
+        Some(list) => {
+            let keys: Vec<&str> = list.split(',').collect();
+            if let Some(bad) = keys.iter().find(|k| !MODES.iter().any(|m| m.key() == **k)) {
+                let all: Vec<&str> = MODES.iter().map(|m| m.key()).collect();
+                eprintln!("unknown mode {bad:?}: give some of {}", all.join(","));
+                std::process::exit(2);
+            }
+            MODES
+                .iter()
+                .copied()
+                .filter(|m| *m == Mode::None || keys.contains(&m.key()))
+                .collect()
+        }
+    };
     let secs = args.first().copied().unwrap_or(5).max(1);
     let rounds = args.get(1).copied().unwrap_or(5).max(1) as usize;
     let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/ntprof-perf");
@@ -508,22 +568,22 @@ fn main() {
     let load_before = loadavg();
     fio(&l.dev, 1); // warm-up
 
-    let mut iops: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
-    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
-    let mut lost: Vec<Option<u64>> = vec![Some(0); MODES.len()];
+    let mut iops: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    let mut lost: Vec<Option<u64>> = vec![Some(0); modes.len()];
     // Per round: sampled / full, for d2c p50 and p99.
     let mut p50_ratio: Vec<f64> = Vec::new();
     let mut p99_ratio: Vec<f64> = Vec::new();
     let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d ^ std::process::id() as u64);
     for round in 0..rounds {
-        let mut order: Vec<usize> = (0..MODES.len()).collect();
+        let mut order: Vec<usize> = (0..modes.len()).collect();
         rng.shuffle(&mut order);
         for &i in &order {
-            let r = run(&ctx, MODES[i], secs);
+            let r = run(&ctx, modes[i], secs);
             eprintln!(
                 "round {}/{rounds}: {:<32} {:>9.0} IOPS  tracer {:>4.0} ms CPU/s  lost {:?}",
                 round + 1,
-                MODES[i].name(),
+                modes[i].name(),
                 r.iops,
                 r.cpu_per_s * 1e3,
                 r.lost
@@ -548,6 +608,12 @@ fn main() {
         }
     }
     let base = median(&mut iops[0].clone());
+    // Each mode against the untraced run of its own round: drift between rounds (the
+    // host's other tenants) moves both alike, so this spreads less than medians do.
+    let paired = |i: usize| {
+        let mut r: Vec<f64> = iops[i].iter().zip(&iops[0]).map(|(m, n)| m / n).collect();
+        median(&mut r)
+    };
     let host = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {
@@ -568,19 +634,20 @@ fn main() {
         loadavg()
     );
     println!();
-    println!("| tracer | median IOPS | ratio to untraced | tracer CPU (ms per s) | lost samples |");
-    println!("|---|---|---|---|---|");
-    for (i, m) in MODES.iter().enumerate() {
+    println!("| tracer | median IOPS | ratio of medians | median of per-round ratios | tracer CPU (ms per s) | lost samples |");
+    println!("|---|---|---|---|---|---|");
+    for (i, m) in modes.iter().enumerate() {
         if *m == Mode::MaxRatePair {
             continue;
         }
-        let med = median(&mut iops[i]);
+        let med = median(&mut iops[i].clone());
         let c = median(&mut cpu[i]);
         println!(
-            "| {} | {:.0} | {:.3} | {} | {} |",
+            "| {} | {:.0} | {:.3} | {:.3} | {} | {} |",
             m.name(),
             med,
             med / base,
+            paired(i),
             if *m == Mode::None {
                 "-".into()
             } else {
@@ -590,34 +657,58 @@ fn main() {
         );
     }
     let ratio = |m: Mode| {
-        let i = MODES.iter().position(|x| *x == m).unwrap_or(0);
-        median(&mut iops[i].clone()) / base
+        modes
+            .iter()
+            .position(|x| *x == m)
+            .map(|i| median(&mut iops[i].clone()) / base)
     };
-    let check = |ok: bool| if ok { "met" } else { "NOT met" };
-    let (p50, p99) = if p50_ratio.is_empty() {
-        (f64::NAN, f64::NAN)
-    } else {
-        (median(&mut p50_ratio), median(&mut p99_ratio))
+    // A target over modes that were not run is left out.
+    let mut targets: Vec<String> = Vec::new();
+    let mut target = |what: &str, ok: Option<bool>| {
+        if let Some(ok) = ok {
+            targets.push(format!("{what}: {}", if ok { "met" } else { "NOT met" }));
+        }
     };
-    println!();
-    println!(
-        "stat --max-rate 2000 beside a full stat of the same runs: d2c p50 {p50:.3} and p99 {p99:.3} of the full trace's (median of {} rounds)",
-        p50_ratio.len()
+    let all = |ms: &[Mode]| ms.iter().map(|m| ratio(*m)).collect::<Option<Vec<f64>>>();
+    target(
+        "stat and record within 0.03 of the floor",
+        all(&[Mode::Stat, Mode::Record, Mode::Drain]).map(|r| r[0].min(r[1]) >= r[2] - 0.03),
     );
-    println!();
-    println!(
-        "targets: stat and record within 0.03 of the floor: {}; stat ≥ bpftrace: {}; record ≥ perf record: {}; --sample 8 ≥ 0.93: {}; --sample 64 ≥ 0.97: {}; serve ≥ 0.97: {}; --max-rate p50 and p99 within 5 %: {}; zero lost at full rate: {}",
-        check(ratio(Mode::Stat).min(ratio(Mode::Record)) >= ratio(Mode::Drain) - 0.03),
-        check(ratio(Mode::Stat) >= ratio(Mode::Bpftrace)),
-        check(ratio(Mode::Record) >= ratio(Mode::Perf)),
-        check(ratio(Mode::Sample8) >= 0.93),
-        check(ratio(Mode::Sample64) >= 0.97),
-        check(ratio(Mode::Serve) >= 0.97),
-        check((p50 - 1.0).abs() <= 0.05 && (p99 - 1.0).abs() <= 0.05),
-        check([Mode::Stat, Mode::Record].iter().all(|m| {
-            let i = MODES.iter().position(|x| x == m).unwrap_or(0);
-            lost[i] == Some(0)
-        }))
+    target(
+        "stat ≥ bpftrace",
+        all(&[Mode::Stat, Mode::Bpftrace]).map(|r| r[0] >= r[1]),
     );
-    let _ = std::fs::remove_file(Path::new(&ctx.scratch).join("perf.data"));
+    target(
+        "record ≥ perf record",
+        all(&[Mode::Record, Mode::Perf]).map(|r| r[0] >= r[1]),
+    );
+    target("--sample 8 ≥ 0.93", ratio(Mode::Sample8).map(|r| r >= 0.93));
+    target("--sample 64 ≥ 0.97", ratio(Mode::Sample64).map(|r| r >= 0.97));
+    target("serve ≥ 0.97", ratio(Mode::Serve).map(|r| r >= 0.97));
+    if !p50_ratio.is_empty() {
+        let (p50, p99) = (median(&mut p50_ratio), median(&mut p99_ratio));
+        println!();
+        println!(
+            "stat --max-rate 2000 beside a full stat of the same runs: d2c p50 {p50:.3} and p99 {p99:.3} of the full trace's (median of {} rounds)",
+            p50_ratio.len()
+        );
+        target(
+            "--max-rate p50 and p99 within 5 %",
+            Some((p50 - 1.0).abs() <= 0.05 && (p99 - 1.0).abs() <= 0.05),
+        );
+    }
+    let full: Vec<usize> = modes
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(m, Mode::Stat | Mode::Record))
+        .map(|(i, _)| i)
+        .collect();
+    if !full.is_empty() {
+        target(
+            "zero lost at full rate",
+            Some(full.iter().all(|&i| lost[i] == Some(0))),
+        );
+    }
+    println!();
+    println!("targets: {}", targets.join("; "));
 }
