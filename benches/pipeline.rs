@@ -37,7 +37,7 @@ const ROUND: usize = 2048;
 #[inline(never)]
 fn drive(
     pipe: &mut Pipeline<BlockCorrelator>,
-    streams: &[Vec<(u64, Vec<u8>)>],
+    streams: &[Stream],
     out: &mut dyn FnMut(BlockRecord),
 ) {
     let mut pos = [0usize; CPUS];
@@ -45,20 +45,29 @@ fn drive(
     while let Some(now) = streams
         .iter()
         .zip(&pos)
-        .filter_map(|(s, &p)| s.get(p).map(|(t, _)| *t))
+        .filter_map(|(s, &p)| s.index.get(p).map(|(t, _, _)| *t))
         .min()
     {
         pipe.begin_round(now);
         for (cpu, s) in streams.iter().enumerate() {
-            let end = (pos[cpu] + ROUND).min(s.len());
-            for (t, raw) in &s[pos[cpu]..end] {
-                pipe.sample(*t, cpu as u32, raw);
+            let end = (pos[cpu] + ROUND).min(s.index.len());
+            for &(t, at, len) in &s.index[pos[cpu]..end] {
+                pipe.sample(t, cpu as u32, &s.bytes[at..at + len]);
             }
             pos[cpu] = end;
         }
         pipe.end_round(&mut *out);
     }
     pipe.finish(&mut *out);
+}
+
+/// One CPU's samples in time order, their payloads back to back in one buffer as a
+/// ring holds them (each in its own allocation, the first touch of every sample was a
+/// cache miss that a ring read in order does not have): (time, offset, length).
+#[derive(Default)]
+struct Stream {
+    index: Vec<(u64, usize, usize)>,
+    bytes: Vec<u8>,
 }
 
 fn captured_tree() -> PathBuf {
@@ -109,11 +118,23 @@ fn main() {
         streams[sub].push((t + 300, mk(&iss, sector, rwbs)));
         streams[(sub + 1) % CPUS].push((t + 64_000, mk(&cpl, sector, rwbs)));
     }
-    for s in &mut streams {
-        s.sort_by_key(|(t, _)| *t);
-    }
-    let events: usize = streams.iter().map(Vec::len).sum();
-    let bytes: usize = streams.iter().flatten().map(|(_, r)| r.len()).sum();
+    let streams: Vec<Stream> = streams
+        .into_iter()
+        .map(|mut s| {
+            s.sort_by_key(|(t, _)| *t);
+            let mut out = Stream::default();
+            for (t, raw) in s {
+                // Ring records are 8-byte aligned.
+                let at = out.bytes.len();
+                out.index.push((t, at, raw.len()));
+                out.bytes.extend_from_slice(&raw);
+                out.bytes.resize(out.bytes.len().next_multiple_of(8), 0);
+            }
+            out
+        })
+        .collect();
+    let events: usize = streams.iter().map(|s| s.index.len()).sum();
+    let bytes: usize = streams.iter().map(|s| s.bytes.len()).sum();
 
     let csv = std::env::args().any(|a| a == "csv");
     let replay = |out: &mut dyn FnMut(BlockRecord)| {

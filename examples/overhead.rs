@@ -271,9 +271,7 @@ impl Ctx {
                 if m == Mode::Reject {
                     c.arg("--reject");
                 }
-                c
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
+                c.stdout(Stdio::piped()).stderr(Stdio::piped());
                 c
             }
             Mode::Perf => {
@@ -683,7 +681,10 @@ fn main() {
         all(&[Mode::Record, Mode::Perf]).map(|r| r[0] >= r[1]),
     );
     target("--sample 8 ≥ 0.93", ratio(Mode::Sample8).map(|r| r >= 0.93));
-    target("--sample 64 ≥ 0.97", ratio(Mode::Sample64).map(|r| r >= 0.97));
+    target(
+        "--sample 64 ≥ 0.97",
+        ratio(Mode::Sample64).map(|r| r >= 0.97),
+    );
     target("serve ≥ 0.97", ratio(Mode::Serve).map(|r| r >= 0.97));
     if !p50_ratio.is_empty() {
         let (p50, p99) = (median(&mut p50_ratio), median(&mut p99_ratio));
