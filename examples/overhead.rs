@@ -438,10 +438,10 @@ fn stop(mut c: Child, m: Mode) -> (String, String) {
 fn run(ctx: &Ctx, m: Mode, secs: u64) -> Run {
     let children = ctx.start(m);
     let cpu0: Vec<Duration> = children.iter().map(|c| cpu_time(c.id())).collect();
-    // The --max-rate pair compares percentiles, not cost: its p99 comes from ≈1 % of
-    // the I/Os the budget keeps (2000 a second), so it runs long enough for ≈100 of
-    // them to lie above it each run (a 5 s run had ≈80, and p99 moved ±8 % between a
-    // full trace's I/Os and the 1 in 128 of them a sample keeps; see docs/always-on.md).
+    // The --max-rate pair compares percentiles, not cost: its p99 rests on the ≈1 %
+    // of the I/Os the budget keeps (2000 a second) that lie above it, ≈80 in a 5 s run,
+    // and p99 moved by up to 8 % between a full trace's I/Os and the 1 in 128 of them a
+    // sample keeps (docs/always-on.md); 30 s puts ≈600 above it.
     let secs = if m == Mode::MaxRatePair {
         secs.max(30)
     } else {
