@@ -29,7 +29,9 @@
 //! IOPS, its ratio to the untraced median and the median of its ratios to the untraced
 //! run of the same round, the tracer's own CPU time per second of workload (user +
 //! system of its process, from /proc; bpftrace's in-kernel work is paid inside the
-//! workload instead), and samples lost.
+//! workload instead), for the tracers that say how many samples they received, that
+//! many per second of their own CPU in rounds with none lost (what one core of the
+//! reader takes in, syscalls and sinks included), and samples lost.
 //!
 //! Run as root: `cargo run --release --example overhead -- [SECONDS] [ROUNDS] [MODES]`
 //! (default 5 s per run, 5 rounds, every mode; MODES is a comma-separated list of
@@ -318,15 +320,7 @@ impl Ctx {
 
     /// Samples the tracer says it lost (after it stopped).
     fn lost(&self, m: Mode, out: &str, err: &str) -> Option<u64> {
-        let after = |text: &str, key: &str| -> Option<u64> {
-            let i = text.find(key)? + key.len();
-            text[i..]
-                .split_whitespace()
-                .next()?
-                .trim_matches(|c: char| !c.is_ascii_digit())
-                .parse()
-                .ok()
-        };
+        let after = count_after;
         match m {
             Mode::None => Some(0),
             Mode::Drain
@@ -364,8 +358,21 @@ struct Run {
     iops: f64,
     cpu_per_s: f64,
     lost: Option<u64>,
+    /// Samples the tracer received per second of its own CPU, when it lost none.
+    per_cpu_s: Option<f64>,
     /// `MaxRatePair`: d2c (p50, p99) in ns of the full and of the `--max-rate` stat.
     pair: Option<[(f64, f64); 2]>,
+}
+
+/// The number after the first `key` in `text` (`lost 0`, `"lost":0`).
+fn count_after(text: &str, key: &str) -> Option<u64> {
+    let i = text.find(key)? + key.len();
+    text[i..]
+        .split_whitespace()
+        .next()?
+        .trim_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()
 }
 
 /// d2c p50 and p99 (ns) of the first group of a `stat --json` summary line.
@@ -473,6 +480,19 @@ fn run(ctx: &Ctx, m: Mode, secs: u64) -> Run {
             })
             .try_fold(0, |a, l| l.map(|l| a + l))
     };
+    let samples: Option<u64> = match m {
+        Mode::Drain
+        | Mode::Reject
+        | Mode::Stat
+        | Mode::Record
+        | Mode::Sample8
+        | Mode::Sample64
+        | Mode::Serve => outs
+            .iter()
+            .map(|(o, e)| count_after(o, "samples ").or_else(|| count_after(e, "samples ")))
+            .sum(),
+        _ => None,
+    };
     // Outputs are not kept (their lost counts are read): each run starts with the
     // scratch space as empty as the last.
     for f in ["io.csv", "perf.data", "perf.data.old"] {
@@ -484,10 +504,15 @@ fn run(ctx: &Ctx, m: Mode, secs: u64) -> Run {
             .map(|(a, b)| [a, b]),
         _ => None,
     };
+    let per_cpu_s = match (samples, lost) {
+        (Some(n), Some(0)) if n > 0 && cpu > Duration::ZERO => Some(n as f64 / cpu.as_secs_f64()),
+        _ => None,
+    };
     Run {
         iops,
         cpu_per_s: cpu.as_secs_f64() / secs as f64,
         lost,
+        per_cpu_s,
         pair,
     }
 }
@@ -550,18 +575,19 @@ fn drain_floor(kdev: u64, reject: bool) {
         .min(2048);
     let mut g = PerfGroup::open(&cfg).expect("open the events");
     g.enable().expect("enable");
+    let mut samples = 0;
     while !stop.load(Ordering::Relaxed) {
         let _ = g.wait(Duration::from_millis(20));
         for r in 0..g.ring_count() {
-            g.drain_ring(r, |_| {});
+            samples += g.drain_ring(r, |_| {}).samples;
         }
     }
     let _ = g.disable();
     for r in 0..g.ring_count() {
-        g.drain_ring(r, |_| {});
+        samples += g.drain_ring(r, |_| {}).samples;
     }
     let lost: u64 = g.lost().iter().map(|(_, n)| n).sum();
-    println!("lost {lost}");
+    println!("samples {samples}  lost {lost}");
 }
 
 fn main() {
@@ -623,6 +649,10 @@ fn main() {
 
     let mut iops: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    // Samples per second of the tracer's own CPU, with nothing lost: how many events
+    // one core of the reader takes in, everything included (syscalls, wake-ups,
+    // drain, decode, sinks), as opposed to the pipeline bench's replay.
+    let mut per_cpu_s: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     let mut lost: Vec<Option<u64>> = vec![Some(0); modes.len()];
     // Per round: sampled / full, for d2c p50 and p99.
     let mut p50_ratio: Vec<f64> = Vec::new();
@@ -654,6 +684,9 @@ fn main() {
             }
             iops[i].push(r.iops);
             cpu[i].push(r.cpu_per_s);
+            if let Some(x) = r.per_cpu_s {
+                per_cpu_s[i].push(x);
+            }
             lost[i] = match (lost[i], r.lost) {
                 (Some(a), Some(b)) => Some(a + b),
                 _ => None,
@@ -687,8 +720,8 @@ fn main() {
         loadavg()
     );
     println!();
-    println!("| tracer | median IOPS | ratio of medians | median of per-round ratios | tracer CPU (ms per s) | lost samples |");
-    println!("|---|---|---|---|---|---|");
+    println!("| tracer | median IOPS | ratio of medians | median of per-round ratios | tracer CPU (ms per s) | samples per tracer CPU-s, none lost | lost samples |");
+    println!("|---|---|---|---|---|---|---|");
     for (i, m) in modes.iter().enumerate() {
         if *m == Mode::MaxRatePair {
             continue;
@@ -696,7 +729,7 @@ fn main() {
         let med = median(&mut iops[i].clone());
         let c = median(&mut cpu[i]);
         println!(
-            "| {} | {:.0} | {:.3} | {:.3} | {} | {} |",
+            "| {} | {:.0} | {:.3} | {:.3} | {} | {} | {} |",
             m.name(),
             med,
             med / base,
@@ -705,6 +738,11 @@ fn main() {
                 "-".into()
             } else {
                 format!("{:.0}", c * 1e3)
+            },
+            if per_cpu_s[i].is_empty() {
+                "-".into()
+            } else {
+                format!("{:.2} M", median(&mut per_cpu_s[i]) / 1e6)
             },
             lost[i].map_or("?".into(), |n| n.to_string())
         );
