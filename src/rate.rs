@@ -16,6 +16,16 @@
 //!
 //! One change at a time: the next is considered [`SETTLE`] after the last filter of
 //! the previous one was set.
+//!
+//! With `--duty ON/PERIOD` ([`Duty`]) the events are also off for most of the time:
+//! even an event whose filter drops every hit costs the traced task its trace record
+//! and filter test (the overhead example's filter floor), while a disabled one costs
+//! a branch. Each PERIOD, I/Os that start in one window of ON seconds are admitted;
+//! the events go on [`SETTLE`] before it (so that no I/O seen in it started while they
+//! were off) and off [`SETTLE`] after it (so that those it admitted end under them),
+//! all through the gate's pauses. The rate for the next window is chosen when one
+//! closes, from the records of the window, and a record stands for N × PERIOD / ON
+//! I/Os.
 
 use crate::correlate::gate::SETTLE_NS;
 use crate::perf::{PerfError, PerfGroup};
@@ -47,6 +57,106 @@ enum State {
     },
 }
 
+/// `--duty ON/PERIOD`: trace the I/Os that start in ON seconds of every PERIOD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Duty {
+    on: u64,
+    period: u64,
+}
+
+impl Duty {
+    /// The shortest period: the events are on for [`SETTLE`] on each side of a window,
+    /// and off for at least a second.
+    pub const fn min_period(on: u64) -> u64 {
+        on + 2 * SETTLE_NS.div_ceil(1_000_000_000) + 1
+    }
+
+    /// `on` of every `period` seconds: `on` ≥ 1, `period` a whole multiple of `on` (so
+    /// that a record stands for a whole number of I/Os) and at least
+    /// [`Duty::min_period`].
+    pub fn new(on: u64, period: u64) -> Result<Duty, String> {
+        if on == 0 || period == 0 {
+            return Err("ON and PERIOD are whole seconds from 1".into());
+        }
+        if period % on != 0 {
+            return Err(format!(
+                "PERIOD {period} must be a whole multiple of ON {on} (each traced I/O then stands for PERIOD/ON I/Os), e.g. {on}/{}",
+                Duty::min_period(on).max(period).div_ceil(on) * on
+            ));
+        }
+        if period < Duty::min_period(on) || u32::try_from(period / on).is_err() {
+            return Err(format!(
+                "PERIOD {period} is too short for ON {on}: the events are on {} s before and after each window, so PERIOD must be at least {} s",
+                SETTLE.as_secs(),
+                Duty::min_period(on)
+            ));
+        }
+        Ok(Duty { on, period })
+    }
+
+    /// The I/Os each traced one stands for by time alone: PERIOD / ON.
+    pub fn factor(&self) -> u32 {
+        u32::try_from(self.period / self.on).unwrap_or(u32::MAX)
+    }
+
+    /// Seconds traced in every period.
+    pub fn on(&self) -> u64 {
+        self.on
+    }
+
+    /// The period in seconds.
+    pub fn period(&self) -> u64 {
+        self.period
+    }
+
+    /// The share of the time the events are on, the settling on both sides included.
+    pub fn events_on(&self) -> f64 {
+        (self.on as f64 + 2.0 * SETTLE.as_secs_f64()) / self.period as f64
+    }
+}
+
+impl std::fmt::Display for Duty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.on, self.period)
+    }
+}
+
+impl std::str::FromStr for Duty {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Duty, String> {
+        let (on, period) = s
+            .split_once('/')
+            .ok_or_else(|| format!("`{s}`: give ON/PERIOD in seconds, e.g. 3/60"))?;
+        let secs = |x: &str| {
+            x.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("`{s}`: ON and PERIOD are whole seconds, e.g. 3/60"))
+        };
+        Duty::new(secs(on)?, secs(period)?)
+    }
+}
+
+/// Where a [`Duty`] cycle is (trace-clock nanoseconds).
+enum Phase {
+    /// Admitting I/Os that start before `until` (the gate pauses there).
+    On { until: u64 },
+    /// Admission is over; the events go off at `off_at`, when those admitted are done.
+    Closing { until: u64, off_at: u64 },
+    /// Events off until [`SETTLE`] before the next window.
+    Off,
+}
+
+struct Cycle {
+    duty: Duty,
+    /// Window k is due to start at `grid + k × period`.
+    grid: u64,
+    k: u64,
+    phase: Phase,
+    /// Start of the current window's admission.
+    admit_from: u64,
+    rows_at: u64,
+}
+
 /// The rate controller of one run.
 pub struct RateControl {
     max: u64,
@@ -61,22 +171,43 @@ pub struct RateControl {
     changes: u64,
     /// Over budget even at the largest N: said once.
     capped: bool,
+    cycle: Option<Cycle>,
 }
 
 impl RateControl {
     /// Control a run whose group was opened from `resample`'s parts (`levels`, per
     /// event of the group), starting at 1 in `n`. Marks the parts of `n` on the open
     /// (not yet enabled) group.
+    /// With `duty`, window 0 admits from the start for ON seconds.
     pub fn start(
         max: u64,
         resample: Resample,
         levels: Vec<Option<u32>>,
         n: u32,
+        duty: Option<Duty>,
         group: &mut PerfGroup,
         pipe: &mut dyn Stages,
     ) -> Result<RateControl, PerfError> {
         set_parts(group, &levels, n)?;
-        pipe.rate_from(0, n);
+        let cycle = match duty {
+            Some(duty) => {
+                let grid = group.clock_now()?;
+                let until = grid + duty.on * 1_000_000_000;
+                if let Some(g) = pipe.gate() {
+                    g.pause(until);
+                }
+                Some(Cycle {
+                    duty,
+                    grid,
+                    k: 0,
+                    phase: Phase::On { until },
+                    admit_from: grid,
+                    rows_at: pipe.rows(),
+                })
+            }
+            None => None,
+        };
+        pipe.rate_from(0, n.saturating_mul(duty.map_or(1, |d| d.factor())));
         Ok(RateControl {
             max: max.max(1),
             resample,
@@ -88,12 +219,15 @@ impl RateControl {
             calm: 0,
             changes: 0,
             capped: false,
+            cycle,
         })
     }
 
-    /// 1 in N I/Os traced now.
+    /// 1 in N I/Os traced now: how many I/Os a record stands for (× PERIOD/ON with
+    /// `--duty`).
     pub fn sample(&self) -> u32 {
         self.n
+            .saturating_mul(self.cycle.as_ref().map_or(1, |c| c.duty.factor()))
     }
 
     /// Changes of rate so far.
@@ -108,6 +242,9 @@ impl RateControl {
 
     /// Called after every drain round: measure, decide, and carry a change on.
     pub fn step(&mut self, group: &mut PerfGroup, pipe: &mut dyn Stages) -> Result<(), PerfError> {
+        if self.cycle.is_some() {
+            return self.step_cycle(group, pipe);
+        }
         let now = Instant::now();
         match self.state {
             State::Narrowing { to, apply } if now >= apply => {
@@ -228,6 +365,93 @@ impl RateControl {
         self.changes += 1;
         self.settle(pipe);
         Ok(())
+    }
+}
+
+impl RateControl {
+    /// A `--duty` run: carry the cycle on (see the module doc).
+    fn step_cycle(
+        &mut self,
+        group: &mut PerfGroup,
+        pipe: &mut dyn Stages,
+    ) -> Result<(), PerfError> {
+        let Some(c) = self.cycle.as_mut() else {
+            return Ok(());
+        };
+        let now = group.clock_now()?;
+        let sec = 1_000_000_000;
+        match c.phase {
+            Phase::On { until } if now >= until => {
+                c.phase = Phase::Closing {
+                    until,
+                    off_at: until.saturating_add(SETTLE_NS),
+                };
+            }
+            Phase::Closing { until, off_at } if now >= off_at => {
+                for i in 0..self.levels.len() {
+                    group.set_active(i, false)?;
+                }
+                let secs = until.saturating_sub(c.admit_from) as f64 / sec as f64;
+                let rows = pipe.rows() - c.rows_at;
+                c.phase = Phase::Off;
+                c.k += 1;
+                if rows > 0 && secs > 0.0 {
+                    let to = self.next_rate(rows as f64 / secs);
+                    if to != self.n {
+                        self.n = to;
+                        self.changes += 1;
+                    }
+                }
+            }
+            Phase::Off => {
+                let period = c.duty.period * sec;
+                let start = c.grid + c.k * period;
+                if now.saturating_add(SETTLE_NS) < start {
+                    return Ok(());
+                }
+                for (i, level) in self.levels.iter().enumerate() {
+                    group.set_active(i, level.is_none_or(|k| Resample::traced(k, self.n)))?;
+                }
+                let on = group.clock_now()?.saturating_add(SETTLE_NS);
+                // Late (a stalled reader): the window starts later, as long as ever, and
+                // the ones it would overlap are skipped.
+                while c.grid + (c.k + 1) * period < on + c.duty.on * sec {
+                    c.k += 1;
+                }
+                let admit = on.max(c.grid + c.k * period);
+                let until = admit + c.duty.on * sec;
+                if let Some(g) = pipe.gate() {
+                    g.resume(admit);
+                    g.pause(until);
+                }
+                pipe.rate_from(admit, self.n.saturating_mul(c.duty.factor()));
+                c.admit_from = admit;
+                c.rows_at = pipe.rows();
+                c.phase = Phase::On { until };
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The rate for the next window from `rate`, records per second in the last one at
+    /// 1 in `self.n`: the budget is kept at once, and N comes down only as far as the
+    /// rate stays under [`LOWER_AT`] of it.
+    fn next_rate(&mut self, rate: f64) -> u32 {
+        let max = self.max as f64;
+        let n = self.n;
+        if rate > max {
+            let to = n
+                .saturating_mul(((rate / max).ceil() as u32).next_power_of_two())
+                .min(MAX_SAMPLE);
+            self.capped |= to == n;
+            return to;
+        }
+        let mut to = n;
+        while to > 1 && rate * f64::from(n) / f64::from(to / 2) <= max * LOWER_AT {
+            to /= 2;
+        }
+        to
     }
 }
 

@@ -133,6 +133,7 @@ pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32>
         "mmap_pages",
         "realtime",
         "max_rate",
+        "duty",
         "stages",
         "command",
     ];

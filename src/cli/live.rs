@@ -5,7 +5,8 @@
 //! its pipeline into a sink.
 
 use super::args::{
-    profile_args, Format, RecordArgs, Selection, ServeArgs, StatArgs, SERVE_MAX_RATE,
+    profile_args, DutyFlag, Format, RecordArgs, Selection, ServeArgs, StatArgs, SERVE_DUTY,
+    SERVE_MAX_RATE,
 };
 use super::seconds;
 use anyhow::{bail, Context, Result};
@@ -15,6 +16,7 @@ use ntprof_perf::device::SysBlock;
 use ntprof_perf::perf::{online_cpus, EventSpec, GroupConfig, PerfGroup};
 use ntprof_perf::pipeline::{run_live, LiveOptions, RunError, StopReason};
 use ntprof_perf::profile::{self, Plan, PlanCtx, Profile};
+use ntprof_perf::rate::Duty;
 use ntprof_perf::serve::Server;
 use ntprof_perf::sink::csv::CsvSink;
 use ntprof_perf::sink::metrics::MetricsSink;
@@ -40,6 +42,7 @@ struct Ready {
     duration: Option<Duration>,
     command: Vec<String>,
     max_rate: Option<u64>,
+    duty: Option<Duty>,
     /// The rate the run starts at (`--sample`, 1 by default).
     start_sample: u32,
 }
@@ -89,6 +92,15 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         }
         plan.sample = start_sample;
     }
+    let duty = match sel.duty {
+        Some(DutyFlag::Cycle(d)) => {
+            if sel.max_rate.is_none() {
+                bail!("--duty {d}: give --max-rate too (e.g. --max-rate 2000): the rate for each window is chosen under that budget");
+            }
+            Some(d)
+        }
+        Some(DutyFlag::Off) | None => None,
+    };
     for n in &plan.notes {
         eprintln!("ntprof-perf: {n}");
     }
@@ -101,6 +113,7 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         duration,
         command: sel.command.clone(),
         max_rate: sel.max_rate,
+        duty,
         start_sample,
     })
 }
@@ -216,6 +229,10 @@ pub(super) fn row_writer(
 
 pub fn serve(mut a: ServeArgs, flags: &clap::ArgMatches) -> Result<i32> {
     a.sel.max_rate.get_or_insert(SERVE_MAX_RATE);
+    a.sel.duty.get_or_insert_with(|| {
+        let (on, period) = SERVE_DUTY;
+        DutyFlag::Cycle(Duty::new(on, period).expect("the default duty is valid"))
+    });
     let mut r = plan(&a.sel, flags)?;
     // Left on, it must never cost a busy host more than its budget, even in its first
     // second: it starts at the lowest rate and comes down to what the budget allows.
@@ -343,12 +360,15 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             resample,
             levels,
             r.start_sample,
+            r.duty,
             &mut group,
             pipe,
         )?),
-        _ => None,
+        _ => {
+            pipe.rate_from(0, r.plan.sample);
+            None
+        }
     };
-    pipe.rate_from(0, r.plan.sample);
     group.enable()?;
     if let Output::Metrics(sink, server, user) = &mut out {
         drop_privileges(user)?;

@@ -397,9 +397,10 @@ impl BlockCorrelator {
                 }
             }
             BlockKind::Issue => {
-                if !self.gate.admits(e.sector, t)
-                    && self.pending.find_mut(&key, |p| p.issue.is_none()).is_none()
-                {
+                let left_out = !self.gate.admits(e.sector, t)
+                    // Inserted while the gate left it out, issued after.
+                    || (self.gate.settling(t) && self.dev_seen(e.dev).scheduled);
+                if left_out && self.pending.find_mut(&key, |p| p.issue.is_none()).is_none() {
                     // A request a rate change leaves out: it starts here, unsampled.
                     return;
                 }
