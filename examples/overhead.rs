@@ -1,6 +1,6 @@
 //! Side-by-side cost of tracing block I/O: no tracer, `perf record`, bpftrace,
 //! `ntprof-perf stat`, `ntprof-perf record`, `stat --sample 8` / `--sample 64`,
-//! `serve` with its default budget (`--max-rate 2000`), and the floor of any perf-ring
+//! `serve` with its default budget (`--max-rate 2000 --duty 3/60`), and the floor of any perf-ring
 //! tracer: the same events and rings as `stat`, read by a loop that only frees the
 //! ring (no decode, ordering or correlation; this example runs itself as that reader,
 //! `overhead --drain-floor KDEV`).
@@ -210,7 +210,7 @@ impl Mode {
             Mode::Record => "ntprof-perf record (CSV)",
             Mode::Sample8 => "ntprof-perf stat --sample 8",
             Mode::Sample64 => "ntprof-perf stat --sample 64",
-            Mode::Serve => "ntprof-perf serve (default --max-rate 2000)",
+            Mode::Serve => "ntprof-perf serve (defaults: --max-rate 2000 --duty 3/60)",
             Mode::MaxRatePair => "stat --max-rate 2000 beside a full stat",
         }
     }
@@ -621,6 +621,11 @@ fn main() {
     };
     let secs = args.first().copied().unwrap_or(5).max(1);
     let rounds = args.get(1).copied().unwrap_or(5).max(1) as usize;
+    if modes.contains(&Mode::Serve) && secs < 60 {
+        eprintln!(
+            "note: serve's events are on 7 s of every 60 (--duty 3/60, from its start): runs shorter than 60 s overstate its cost"
+        );
+    }
     let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/ntprof-perf");
     assert!(
         bin.is_file(),
