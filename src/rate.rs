@@ -434,25 +434,32 @@ impl RateControl {
         Ok(())
     }
 
-    /// The rate for the next window from `rate`, records per second in the last one at
-    /// 1 in `self.n`: the budget is kept at once, and N comes down only as far as the
-    /// rate stays under [`LOWER_AT`] of it.
+    /// The rate for the next window (see [`next_window_rate`]).
     fn next_rate(&mut self, rate: f64) -> u32 {
-        let max = self.max as f64;
-        let n = self.n;
-        if rate > max {
-            let to = n
-                .saturating_mul(((rate / max).ceil() as u32).next_power_of_two())
-                .min(MAX_SAMPLE);
-            self.capped |= to == n;
-            return to;
-        }
-        let mut to = n;
-        while to > 1 && rate * f64::from(n) / f64::from(to / 2) <= max * LOWER_AT {
-            to /= 2;
-        }
+        let (to, capped) = next_window_rate(self.n, self.max, rate);
+        self.capped |= capped;
         to
     }
+}
+
+/// The rate for the next `--duty` window from `rate`, records per second in the last
+/// one at 1 in `n`: the budget `max` is kept at once, and N comes down (several
+/// halvings at once: the events were off between, no change is in flight) only as far
+/// as the rate stays under [`LOWER_AT`] of it. `true` when over budget even at
+/// [`MAX_SAMPLE`].
+fn next_window_rate(n: u32, max: u64, rate: f64) -> (u32, bool) {
+    let max = max as f64;
+    if rate > max {
+        let to = n
+            .saturating_mul(((rate / max).ceil() as u32).next_power_of_two())
+            .min(MAX_SAMPLE);
+        return (to, to == n);
+    }
+    let mut to = n;
+    while to > 1 && rate * f64::from(n) / f64::from(to / 2) <= max * LOWER_AT {
+        to /= 2;
+    }
+    (to, false)
 }
 
 /// Enable the parts of the sample 1 in `n` traces, disable the others.
@@ -463,4 +470,48 @@ fn set_parts(group: &mut PerfGroup, levels: &[Option<u32>], n: u32) -> Result<()
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duty_is_whole_seconds_a_whole_multiple_long_enough_to_be_off() {
+        let d: Duty = "3/60".parse().unwrap();
+        assert_eq!((d.on(), d.period(), d.factor()), (3, 60, 20));
+        assert!((d.events_on() - 7.0 / 60.0).abs() < 1e-9);
+        assert_eq!(d.to_string(), "3/60");
+        assert_eq!("1/6".parse::<Duty>().unwrap().factor(), 6);
+        for (bad, why) in [
+            ("3/40", "whole multiple"),
+            ("1/5", "too short"),
+            ("0/10", "from 1"),
+            ("3", "ON/PERIOD"),
+            ("a/10", "whole seconds"),
+            ("-1/10", "whole seconds"),
+        ] {
+            let e = bad.parse::<Duty>().unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        // The example it suggests is valid.
+        let e = "3/40".parse::<Duty>().unwrap_err();
+        assert!(e.contains("e.g. 3/42"), "{e}");
+        assert!("3/42".parse::<Duty>().is_ok());
+    }
+
+    #[test]
+    fn a_window_rate_keeps_the_budget_at_once_and_comes_down_as_far_as_it_stays_under() {
+        // 10 000 records/s at 1 in 1 with a budget of 2000: 1 in 8.
+        assert_eq!(next_window_rate(1, 2000, 10_000.0), (8, false));
+        // 703/s at 1 in 256 (180k IOPS): 1 in 128 would be 1406 > 0.7 × 2000.
+        assert_eq!(next_window_rate(256, 2000, 703.0), (256, false));
+        // The load fell 16-fold: five halvings at once, to 1400/s at 1 in 8, exactly
+        // 0.7 of the budget; a sixth would pass it.
+        assert_eq!(next_window_rate(256, 2000, 43.75), (8, false));
+        assert_eq!(next_window_rate(256, 2000, 0.5), (1, false));
+        // Over budget at the largest rate: said.
+        assert_eq!(next_window_rate(256, 2000, 2500.0), (256, true));
+        assert_eq!(next_window_rate(128, 2000, 100_000.0), (256, false));
+    }
 }
