@@ -31,6 +31,44 @@ fn fio_args(dev: &str, secs: u32, json: &std::path::Path) -> Vec<String> {
     .collect()
 }
 
+/// Every JSON line of `ntprof-perf stat --json --interval 1 -d DEV FLAGS -- FIO`, the
+/// summary last.
+fn stat_over_fio(dev: &str, flags: &[&str], fio: &[String]) -> Vec<Json> {
+    let out = run_ok(
+        Command::new(bin())
+            .args(["stat", "-d", dev, "--json", "--interval", "1"])
+            .args(flags)
+            .arg("--")
+            .args(fio),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Json> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(
+        lines.last().map(|l| l["type"].clone()),
+        Some(Json::from("summary")),
+        "{text}"
+    );
+    lines
+}
+
+/// A count of a stat JSON line.
+fn count(line: &Json, k: &str) -> u64 {
+    line[k].as_u64().unwrap_or_else(|| panic!("{k}: {line}"))
+}
+
+/// The I/Os traced in a stat JSON line, over its groups.
+fn ios(line: &Json) -> u64 {
+    line["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["ios"].as_u64().unwrap())
+        .sum()
+}
+
 #[test]
 fn stat_keeps_to_the_budget_with_whole_ios_and_scaled_counts() {
     let test = "stat_keeps_to_the_budget_with_whole_ios_and_scaled_counts";
@@ -41,24 +79,14 @@ fn stat_keeps_to_the_budget_with_whole_ios_and_scaled_counts() {
     // insert → issue → complete: three events per I/O to keep together.
     l.scheduler("mq-deadline");
     let json = tmp("maxrate-fio.json");
-    let out = run_ok(
-        Command::new(bin())
-            .args(["stat", "-d", &l.dev, "--json", "--interval", "1"])
-            .args(["--max-rate", &BUDGET.to_string(), "--"])
-            .args(fio_args(&l.dev, 12, &json)),
+    let budget = BUDGET.to_string();
+    let lines = stat_over_fio(
+        &l.dev,
+        &["--max-rate", &budget],
+        &fio_args(&l.dev, 12, &json),
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<Json> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
-    let summary = lines.last().expect("a summary line");
-    assert_eq!(summary["type"], "summary", "{text}");
-    let n = |k: &str| {
-        summary[k]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{k}: {summary}"))
-    };
+    let summary = lines.last().unwrap();
+    let n = |k: &str| count(summary, k);
     let fio = fio_ios(&json);
     assert!(
         fio > 10 * BUDGET * 4,
@@ -80,18 +108,10 @@ fn stat_keeps_to_the_budget_with_whole_ios_and_scaled_counts() {
     // rate, 2 s for those of the new one): by 7 s a first raise that fell short (fio
     // sped up after the first second) has been corrected.
     let intervals: Vec<&Json> = lines.iter().filter(|l| l["type"] == "interval").collect();
-    assert!(intervals.len() >= 10, "{text}");
+    assert!(intervals.len() >= 10, "{lines:?}");
     for i in &intervals {
         assert!(i["sample"].as_u64().is_some_and(|s| s >= 1), "{i}");
     }
-    let ios = |l: &Json| -> u64 {
-        l["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|g| g["ios"].as_u64().unwrap())
-            .sum()
-    };
     for i in &intervals[7..intervals.len() - 1] {
         assert!(ios(i) <= 2 * BUDGET, "over budget after settling: {i}");
     }
@@ -169,26 +189,13 @@ fn duty_traces_whole_ios_only_in_its_windows_with_the_events_off_between() {
     l.scheduler("mq-deadline");
     let json = tmp("duty-fio.json");
     // A budget no load here reaches: 1 in 1 I/Os in each window, 1 s in every 10.
-    let out = run_ok(
-        Command::new(bin())
-            .args(["stat", "-d", &l.dev, "--json", "--interval", "1"])
-            .args(["--max-rate", "10000000", "--duty", "1/10", "--"])
-            .args(fio_args(&l.dev, 20, &json))
-            // A load the tracing cannot slow: in a window every I/O is traced, and a
-            // load it slows there is underestimated by that share (docs/always-on.md).
-            .arg("--rate_iops=20000"),
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<Json> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
-    let summary = lines.last().expect("a summary line");
-    let n = |k: &str| {
-        summary[k]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{k}: {summary}"))
-    };
+    let mut fio = fio_args(&l.dev, 20, &json);
+    // A load the tracing cannot slow: in a window every I/O is traced, and a load it
+    // slows there is underestimated by that share (docs/always-on.md).
+    fio.push("--rate_iops=20000".into());
+    let lines = stat_over_fio(&l.dev, &["--max-rate", "10000000", "--duty", "1/10"], &fio);
+    let summary = lines.last().unwrap();
+    let n = |k: &str| count(summary, k);
     assert_eq!(n("sample"), 10, "1 in 1 I/Os × 10 s / 1 s: {summary}");
     assert_eq!(n("unmatched"), 0, "{summary}");
     assert_eq!(n("incomplete"), 0, "{summary}");
@@ -197,14 +204,6 @@ fn duty_traces_whole_ios_only_in_its_windows_with_the_events_off_between() {
     }
     // Admitted only in the windows (0–1 s, 10–11 s, 20 s on): at most two intervals
     // of each have I/Os, and those of the middle of a period none.
-    let ios = |l: &Json| -> u64 {
-        l["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|g| g["ios"].as_u64().unwrap())
-            .sum()
-    };
     let per_interval: Vec<u64> = lines
         .iter()
         .filter(|l| l["type"] == "interval")
