@@ -215,6 +215,20 @@ impl Mode {
         }
     }
 
+    /// One ntprof-perf reader (or the floor's), which says `samples N  lost M`.
+    fn own_reader(self) -> bool {
+        matches!(
+            self,
+            Mode::Drain
+                | Mode::Reject
+                | Mode::Stat
+                | Mode::Record
+                | Mode::Sample8
+                | Mode::Sample64
+                | Mode::Serve
+        )
+    }
+
     /// The name that picks this mode on the command line.
     fn key(self) -> &'static str {
         match self {
@@ -323,16 +337,6 @@ impl Ctx {
         let after = count_after;
         match m {
             Mode::None => Some(0),
-            Mode::Drain
-            | Mode::Reject
-            | Mode::Stat
-            | Mode::Record
-            | Mode::Sample8
-            | Mode::Sample64
-            | Mode::Serve
-            | Mode::MaxRatePair => after(out, "lost ")
-                .or_else(|| after(out, "\"lost\":"))
-                .or_else(|| after(err, "lost ")),
             Mode::Perf => {
                 // `perf report --stats` counts the LOST records' samples.
                 let st = Command::new("perf")
@@ -350,6 +354,10 @@ impl Ctx {
             }
             // Its samples stay in kernel maps; only perf-buffer output can be lost.
             Mode::Bpftrace => Some(after(err, "Lost ").unwrap_or(0)),
+            // Our own readers, and the --max-rate pair (two of them).
+            _ => after(out, "lost ")
+                .or_else(|| after(out, "\"lost\":"))
+                .or_else(|| after(err, "lost ")),
         }
     }
 }
@@ -480,18 +488,12 @@ fn run(ctx: &Ctx, m: Mode, secs: u64) -> Run {
             })
             .try_fold(0, |a, l| l.map(|l| a + l))
     };
-    let samples: Option<u64> = match m {
-        Mode::Drain
-        | Mode::Reject
-        | Mode::Stat
-        | Mode::Record
-        | Mode::Sample8
-        | Mode::Sample64
-        | Mode::Serve => outs
-            .iter()
+    let samples: Option<u64> = if m.own_reader() {
+        outs.iter()
             .map(|(o, e)| count_after(o, "samples ").or_else(|| count_after(e, "samples ")))
-            .sum(),
-        _ => None,
+            .sum()
+    } else {
+        None
     };
     // Outputs are not kept (their lost counts are read): each run starts with the
     // scratch space as empty as the last.

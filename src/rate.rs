@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 
 /// How long a change waits for I/Os in flight across it (see `correlate::gate`).
 pub const SETTLE: Duration = Duration::from_nanos(SETTLE_NS);
+const SEC: u64 = 1_000_000_000;
 /// How often the record rate is measured.
 const PERIOD: Duration = Duration::from_secs(1);
 /// Seconds in a row with room for twice the records before N is halved.
@@ -68,7 +69,7 @@ impl Duty {
     /// The shortest period: the events are on for [`SETTLE`] on each side of a window,
     /// and off for at least a second.
     pub const fn min_period(on: u64) -> u64 {
-        on + 2 * SETTLE_NS.div_ceil(1_000_000_000) + 1
+        on + 2 * SETTLE_NS.div_ceil(SEC) + 1
     }
 
     /// `on` of every `period` seconds: `on` ≥ 1, `period` a whole multiple of `on` (so
@@ -98,21 +99,6 @@ impl Duty {
     pub fn factor(&self) -> u32 {
         u32::try_from(self.period / self.on).unwrap_or(u32::MAX)
     }
-
-    /// Seconds traced in every period.
-    pub fn on(&self) -> u64 {
-        self.on
-    }
-
-    /// The period in seconds.
-    pub fn period(&self) -> u64 {
-        self.period
-    }
-
-    /// The share of the time the events are on, the settling on both sides included.
-    pub fn events_on(&self) -> f64 {
-        (self.on as f64 + 2.0 * SETTLE.as_secs_f64()) / self.period as f64
-    }
 }
 
 impl std::fmt::Display for Duty {
@@ -140,8 +126,9 @@ impl std::str::FromStr for Duty {
 enum Phase {
     /// Admitting I/Os that start before `until` (the gate pauses there).
     On { until: u64 },
-    /// Admission is over; the events go off at `off_at`, when those admitted are done.
-    Closing { until: u64, off_at: u64 },
+    /// Admission is over; the events go off [`SETTLE`] later, when those admitted
+    /// are done.
+    Closing { until: u64 },
     /// Events off until [`SETTLE`] before the next window.
     Off,
 }
@@ -188,11 +175,11 @@ impl RateControl {
         group: &mut PerfGroup,
         pipe: &mut dyn Stages,
     ) -> Result<RateControl, PerfError> {
-        set_parts(group, &levels, n)?;
+        set_events(group, &levels, Some(n))?;
         let cycle = match duty {
             Some(duty) => {
                 let grid = group.clock_now()?;
-                let until = grid + duty.on * 1_000_000_000;
+                let until = grid + duty.on * SEC;
                 if let Some(g) = pipe.gate() {
                     g.pause(until);
                 }
@@ -248,7 +235,7 @@ impl RateControl {
         let now = Instant::now();
         match self.state {
             State::Narrowing { to, apply } if now >= apply => {
-                set_parts(group, &self.levels, to)?;
+                set_events(group, &self.levels, Some(to))?;
                 let at = group.clock_now()?;
                 if let Some(g) = pipe.gate() {
                     g.close(at);
@@ -297,11 +284,7 @@ impl RateControl {
         let max = self.max as f64;
         if rate > max {
             self.calm = 0;
-            let factor = (rate / max).ceil() as u32;
-            let to = self
-                .n
-                .saturating_mul(factor.next_power_of_two())
-                .min(MAX_SAMPLE);
+            let to = raised(self.n, rate, max);
             if to == self.n {
                 self.capped = true;
                 return Ok(());
@@ -355,7 +338,7 @@ impl RateControl {
             return Ok(());
         };
         gate.open(from, old, new);
-        set_parts(group, &self.levels, to)?;
+        set_events(group, &self.levels, Some(to))?;
         let at = group.clock_now()?;
         if let Some(g) = pipe.gate() {
             g.close(at);
@@ -379,19 +362,11 @@ impl RateControl {
             return Ok(());
         };
         let now = group.clock_now()?;
-        let sec = 1_000_000_000;
         match c.phase {
-            Phase::On { until } if now >= until => {
-                c.phase = Phase::Closing {
-                    until,
-                    off_at: until.saturating_add(SETTLE_NS),
-                };
-            }
-            Phase::Closing { until, off_at } if now >= off_at => {
-                for i in 0..self.levels.len() {
-                    group.set_active(i, false)?;
-                }
-                let secs = until.saturating_sub(c.admit_from) as f64 / sec as f64;
+            Phase::On { until } if now >= until => c.phase = Phase::Closing { until },
+            Phase::Closing { until } if now >= until.saturating_add(SETTLE_NS) => {
+                set_events(group, &self.levels, None)?;
+                let secs = until.saturating_sub(c.admit_from) as f64 / SEC as f64;
                 let rows = pipe.rows() - c.rows_at;
                 c.phase = Phase::Off;
                 c.k += 1;
@@ -404,22 +379,20 @@ impl RateControl {
                 }
             }
             Phase::Off => {
-                let period = c.duty.period * sec;
+                let (period, on_ns) = (c.duty.period * SEC, c.duty.on * SEC);
                 let start = c.grid + c.k * period;
                 if now.saturating_add(SETTLE_NS) < start {
                     return Ok(());
                 }
-                for (i, level) in self.levels.iter().enumerate() {
-                    group.set_active(i, level.is_none_or(|k| Resample::traced(k, self.n)))?;
-                }
+                set_events(group, &self.levels, Some(self.n))?;
                 let on = group.clock_now()?.saturating_add(SETTLE_NS);
                 // Late (a stalled reader): the window starts later, as long as ever, and
                 // the ones it would overlap are skipped.
-                while c.grid + (c.k + 1) * period < on + c.duty.on * sec {
+                while c.grid + (c.k + 1) * period < on + on_ns {
                     c.k += 1;
                 }
                 let admit = on.max(c.grid + c.k * period);
-                let until = admit + c.duty.on * sec;
+                let until = admit + on_ns;
                 if let Some(g) = pipe.gate() {
                     g.resume(admit);
                     g.pause(until);
@@ -450,9 +423,7 @@ impl RateControl {
 fn next_window_rate(n: u32, max: u64, rate: f64) -> (u32, bool) {
     let max = max as f64;
     if rate > max {
-        let to = n
-            .saturating_mul(((rate / max).ceil() as u32).next_power_of_two())
-            .min(MAX_SAMPLE);
+        let to = raised(n, rate, max);
         return (to, to == n);
     }
     let mut to = n;
@@ -462,12 +433,24 @@ fn next_window_rate(n: u32, max: u64, rate: f64) -> (u32, bool) {
     (to, false)
 }
 
-/// Enable the parts of the sample 1 in `n` traces, disable the others.
-fn set_parts(group: &mut PerfGroup, levels: &[Option<u32>], n: u32) -> Result<(), PerfError> {
+/// N raised from `n` by the power of two that brings `rate` (records per second at
+/// 1 in `n`) under `max`, at most [`MAX_SAMPLE`].
+fn raised(n: u32, rate: f64, max: f64) -> u32 {
+    n.saturating_mul(((rate / max).ceil() as u32).next_power_of_two())
+        .min(MAX_SAMPLE)
+}
+
+/// At 1 in `n`: enable the parts of the sample it traces and every event that is not
+/// sampled, disable the other parts. `None` (a `--duty` run between windows): every
+/// event off.
+fn set_events(
+    group: &mut PerfGroup,
+    levels: &[Option<u32>],
+    n: Option<u32>,
+) -> Result<(), PerfError> {
     for (i, level) in levels.iter().enumerate() {
-        if let Some(k) = level {
-            group.set_active(i, Resample::traced(*k, n))?;
-        }
+        let on = n.is_some_and(|n| level.is_none_or(|k| Resample::traced(k, n)));
+        group.set_active(i, on)?;
     }
     Ok(())
 }
@@ -479,8 +462,8 @@ mod tests {
     #[test]
     fn a_duty_is_whole_seconds_a_whole_multiple_long_enough_to_be_off() {
         let d: Duty = "3/60".parse().unwrap();
-        assert_eq!((d.on(), d.period(), d.factor()), (3, 60, 20));
-        assert!((d.events_on() - 7.0 / 60.0).abs() < 1e-9);
+        assert_eq!(d, Duty { on: 3, period: 60 });
+        assert_eq!(d.factor(), 20);
         assert_eq!(d.to_string(), "3/60");
         assert_eq!("1/6".parse::<Duty>().unwrap().factor(), 6);
         for (bad, why) in [

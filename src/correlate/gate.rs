@@ -75,26 +75,24 @@ impl Gate {
 
     /// End the open pause: I/Os are admitted again from `admit`.
     pub fn resume(&mut self, admit: u64) {
-        if let Some(w) = self
-            .windows
-            .iter_mut()
-            .rev()
-            .find(|w| w.paused && w.until == u64::MAX)
-        {
+        if let Some(w) = self.open_window(true) {
             w.until = admit.saturating_sub(1).max(w.from);
         }
     }
 
     /// The last filter of the open change was set at `at`.
     pub fn close(&mut self, at: u64) {
-        if let Some(w) = self
-            .windows
-            .iter_mut()
-            .rev()
-            .find(|w| !w.paused && w.until == u64::MAX)
-        {
+        if let Some(w) = self.open_window(false) {
             w.until = at.saturating_add(SETTLE_NS);
         }
+    }
+
+    /// The last window not yet given its end: a pause or a change.
+    fn open_window(&mut self, paused: bool) -> Option<&mut Window> {
+        self.windows
+            .iter_mut()
+            .rev()
+            .find(|w| w.paused == paused && w.until == u64::MAX)
     }
 
     /// Whether an I/O whose first event is at `t` with sample value `v` is in the
