@@ -1,5 +1,5 @@
 //! Replays a large synthetic stream of block samples through decode → order → correlate
-//! on one core and prints events per second. The samples are laid out by the real format
+//! on one core, several times, and prints the fastest replay's events per second. The samples are laid out by the real format
 //! files captured in `tracefs/`, so they are byte-for-byte what that kernel writes.
 //!
 //! `cargo bench --bench pipeline [-- IOS] [csv]` (default 2,000,000 I/Os = 6,000,000
@@ -29,6 +29,8 @@ fn cpu_secs() -> f64 {
     let t = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).expect("thread CPU clock");
     t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9
 }
+/// Replays of the same stream; the fastest is reported.
+const REPLAYS: usize = 5;
 /// Samples drained per ring per round, as a live drain of a busy ring would give.
 const ROUND: usize = 2048;
 
@@ -141,10 +143,7 @@ fn main() {
         let mut decoder = Decoder::new();
         for e in ["block_rq_insert", "block_rq_issue", "block_rq_complete"] {
             decoder
-                .bind(&tfs, "block", e, |fmt| {
-                    let l = BlockLayout::for_event(fmt, e)?;
-                    Ok(move |raw: &[u8]| l.decode(raw))
-                })
+                .bind(&tfs, "block", e, |fmt| BlockLayout::for_event(fmt, e))
                 .unwrap();
         }
         let mut pipe = Pipeline::new(decoder, BlockCorrelator::new(BlockConfig::default()));
@@ -157,13 +156,28 @@ fn main() {
         assert_eq!(h.counters.unmatched + h.counters.incomplete, 0, "{h:?}");
         (cpu, wall, h.late)
     };
-    let mut records = 0u64;
+    // Several replays, the fastest reported: on a shared VM the slower ones measure
+    // the neighbours (each replay's records and mean d2c must be the same).
+    let mut runs = Vec::new();
     let mut d2c_sum = 0u64;
-    let (secs, wall, late) = replay(&mut |r| {
-        records += 1;
-        d2c_sum += r.d2c_ns.unwrap_or(0);
-    });
-    assert_eq!(records, ios, "every I/O must come out as one record");
+    for _ in 0..REPLAYS {
+        let mut records = 0u64;
+        let mut sum = 0u64;
+        let run = replay(&mut |r| {
+            records += 1;
+            sum += r.d2c_ns.unwrap_or(0);
+        });
+        assert_eq!(records, ios, "every I/O must come out as one record");
+        assert!(runs.is_empty() || sum == d2c_sum, "replays differ");
+        d2c_sum = sum;
+        runs.push(run);
+    }
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let all: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{:.0}", r.0 * 1e9 / events as f64))
+        .collect();
+    let (secs, wall, late) = runs[0];
     println!("format files: {}", tree.display());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
@@ -176,6 +190,10 @@ fn main() {
     println!(
         "decode+order+correlate: {events} events ({} MB of raw samples), {ios} I/Os in {secs:.3} s CPU ({wall:.3} s wall)",
         bytes / 1_000_000
+    );
+    println!(
+        "  ns/event of {REPLAYS} replays, fastest first: {}",
+        all.join(" ")
     );
     println!(
         "  {:.2} M events/s, {:.0} ns/event, {:.2} M I/Os/s on one core (mean d2c {} ns, late {late})",

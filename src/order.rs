@@ -44,12 +44,55 @@
 //! heap push or pop per event. Ties go to the lower source, and one source's events keep
 //! their ring order.
 
-use std::collections::VecDeque;
+/// One source's events in time order: a Vec read from `head`, so that taking an event
+/// is an index bump (events are `Copy`, small and plain), with none of a ring buffer's
+/// wrap arithmetic. Spent space is reclaimed when a release has emptied the queue, or
+/// has taken more than half of it.
+struct Queue<T> {
+    items: Vec<(u64, T)>,
+    head: usize,
+}
+
+impl<T> Default for Queue<T> {
+    fn default() -> Self {
+        Queue {
+            items: Vec::new(),
+            head: 0,
+        }
+    }
+}
+
+impl<T: Copy> Queue<T> {
+    #[inline]
+    fn live(&self) -> &[(u64, T)] {
+        &self.items[self.head..]
+    }
+
+    #[inline]
+    fn last_time(&self) -> Option<u64> {
+        self.live().last().map(|(t, _)| *t)
+    }
+
+    /// Drop the events already taken once that is cheap: none left, or a quarter as
+    /// many left as were taken. A live loop leaves about one round's events behind at
+    /// every release (the bound lags a round), so moving them at each release would copy
+    /// every event once more; this way the copies are at most a third of the events
+    /// taken, for a buffer at most four times what is held.
+    fn compact(&mut self) {
+        if self.head == self.items.len() {
+            self.items.clear();
+            self.head = 0;
+        } else if self.head > 3 * (self.items.len() - self.head) {
+            self.items.drain(..self.head);
+            self.head = 0;
+        }
+    }
+}
 
 /// Time-ordering buffer between the rings and the correlator.
 pub struct Sorter<T> {
     /// Per source (CPU), events in time order.
-    queues: Vec<VecDeque<(u64, T)>>,
+    queues: Vec<Queue<T>>,
     /// Clock read at the start of the current round.
     round_start: Option<u64>,
     /// Clock read at the start of the previous round: what `end_round` releases below.
@@ -72,8 +115,9 @@ pub struct Sorter<T> {
 /// source.
 #[derive(Default)]
 struct Merge {
-    /// Per leaf: its source and how many of its events this release still takes.
-    leaves: Vec<(usize, usize)>,
+    /// Per leaf: its source, the index of its next event, and the end of what this
+    /// release takes from it.
+    leaves: Vec<(usize, usize, usize)>,
     /// The leaves' first keys, to build the tree from.
     keys: Vec<u64>,
     /// Per node: the winning key below it and its leaf, so that a replay reads one
@@ -147,7 +191,7 @@ impl<T> Default for Sorter<T> {
 /// millions of queues.
 const MAX_SOURCES: usize = 1 << 14;
 
-impl<T> Sorter<T> {
+impl<T: Copy> Sorter<T> {
     pub fn new() -> Self {
         Self::default()
     }
@@ -161,9 +205,31 @@ impl<T> Sorter<T> {
         // `held` only falls in `release`: its high-water mark is taken there.
         self.held += 1;
         match self.queues.get_mut(source as usize) {
-            Some(q) if q.back().is_none_or(|(last, _)| *last <= time) => q.push_back((time, item)),
+            Some(q) if q.last_time().is_none_or(|last| last <= time) => q.items.push((time, item)),
             _ => self.push_slow(source, time, item),
         }
+    }
+
+    /// The queue an event of `source` stamped `time` is appended to, for a caller that
+    /// builds the event in place (see `Decoder::decode_into`); `None` when it needs
+    /// [`push`](Self::push) (a source not seen yet, or an event older than its ring's
+    /// last). The caller reports each event it appended with [`appended`](Self::appended).
+    #[inline]
+    pub fn tail(&mut self, source: u32, time: u64) -> Option<&mut Vec<(u64, T)>> {
+        let q = self.queues.get_mut(source as usize)?;
+        if q.last_time().is_some_and(|last| last > time) {
+            return None;
+        }
+        Some(&mut q.items)
+    }
+
+    /// An event stamped `time` was appended through [`tail`](Self::tail).
+    #[inline]
+    pub fn appended(&mut self, time: u64) {
+        if time < self.released_up_to {
+            self.late += 1;
+        }
+        self.held += 1;
     }
 
     /// A source not seen yet, or an event older than its ring's last: nested contexts
@@ -175,11 +241,11 @@ impl<T> Sorter<T> {
     fn push_slow(&mut self, source: u32, time: u64, item: T) {
         let src = (source as usize).min(MAX_SOURCES - 1);
         if src >= self.queues.len() {
-            self.queues.resize_with(src + 1, VecDeque::new);
+            self.queues.resize_with(src + 1, Queue::default);
         }
         let q = &mut self.queues[src];
-        let at = q.partition_point(|(t, _)| *t <= time);
-        q.insert(at, (time, item));
+        let at = q.head + q.live().partition_point(|(t, _)| *t <= time);
+        q.items.insert(at, (time, item));
     }
 
     /// Start a drain round. `now` is the recording clock read before any ring of this
@@ -222,19 +288,20 @@ impl<T> Sorter<T> {
         m.leaves.clear();
         m.keys.clear();
         for (i, q) in self.queues.iter().enumerate() {
+            let live = q.live();
             let n = match limit {
-                None => q.len(),
-                Some(lim) => q.partition_point(|(t, _)| *t < lim),
+                None => live.len(),
+                Some(lim) => live.partition_point(|(t, _)| *t < lim),
             };
             if n > 0 {
-                m.leaves.push((i, n));
-                m.keys.push(q[0].0);
+                m.leaves.push((i, q.head, q.head + n));
+                m.keys.push(live[0].0);
             }
         }
-        let mut left: usize = m.leaves.iter().map(|l| l.1).sum();
+        let mut left: usize = m.leaves.iter().map(|&(_, at, end)| end - at).sum();
         self.held -= left;
-        if let [(i, n)] = *m.leaves {
-            for (t, item) in self.queues[i].drain(..n) {
+        if let [(i, at, end)] = *m.leaves {
+            for &(t, item) in &self.queues[i].items[at..end] {
                 out(t, item);
             }
             left = 0;
@@ -242,24 +309,24 @@ impl<T> Sorter<T> {
         let p = if left > 0 { m.build() } else { 0 };
         while left > 0 {
             let mut w = m.winner();
-            if m.leaves[w].1 == 0 {
+            if m.leaves[w].1 == m.leaves[w].2 {
                 // Only events stamped u64::MAX are left, tied with the spent leaves'
                 // keys: the lowest source that still has one goes first.
-                w = m.leaves.iter().position(|l| l.1 > 0).unwrap_or(w);
+                w = m.leaves.iter().position(|l| l.1 < l.2).unwrap_or(w);
             }
-            let (i, ref mut n) = m.leaves[w];
-            let q = &mut self.queues[i];
-            let Some((t, item)) = q.pop_front() else {
-                unreachable!("a leaf with events to release has a head")
-            };
+            let (i, ref mut at, end) = m.leaves[w];
+            let items = &self.queues[i].items;
+            let (t, item) = items[*at];
+            *at += 1;
             out(t, item);
             left -= 1;
-            *n -= 1;
-            let key = match (*n, q.front()) {
-                (0, _) | (_, None) => u64::MAX,
-                (_, Some(&(t, _))) => t,
-            };
+            let key = if *at < end { items[*at].0 } else { u64::MAX };
             m.replay(w, key, p);
+        }
+        for &(i, _, end) in &m.leaves {
+            let q = &mut self.queues[i];
+            q.head = end;
+            q.compact();
         }
         self.merge = m;
     }

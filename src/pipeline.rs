@@ -102,6 +102,19 @@ impl<C: Correlator> Pipeline<C> {
     #[inline]
     pub fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64> {
         self.samples += 1;
+        if let Some(q) = self.sorter.tail(cpu, time) {
+            return match self.decoder.decode_into(raw, time, cpu, q) {
+                Ok(true) => {
+                    self.sorter.appended(time);
+                    Some(time)
+                }
+                Ok(false) => None,
+                Err(_) => {
+                    self.bad_records += 1;
+                    None
+                }
+            };
+        }
         match self.decoder.decode(raw, time, cpu) {
             Ok(Some(ev)) => {
                 self.sorter.push(cpu, time, ev);

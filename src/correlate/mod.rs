@@ -25,7 +25,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// dropped silently.
 pub trait Correlator {
     /// The profile's decoded event type.
-    type Event;
+    /// `Copy`: events are small plain values, moved through the sorter by copy.
+    type Event: Copy;
     type Record: IoRecord;
     fn on_event(&mut self, ev: &Event<Self::Event>, out: &mut dyn FnMut(Self::Record));
     /// Give up every I/O still in flight (end of run).

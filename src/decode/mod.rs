@@ -24,6 +24,19 @@ pub enum DecodeError {
         expected: String,
         found: String,
     },
+    #[error(transparent)]
+    Malformed(#[from] Malformed),
+    #[error("event {event}: ntprof-perf has no decoder for it")]
+    Unknown { event: String },
+    #[error(transparent)]
+    Tracefs(#[from] TracefsError),
+}
+
+/// A sample a layout cannot decode. Apart from [`DecodeError`] (whose binding errors
+/// carry names and paths) and small, so that the result of decoding each sample stays
+/// small on the per-sample path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
     #[error("event {event}: record of {have} bytes is shorter than its layout ({need} bytes)")]
     Truncated {
         event: &'static str,
@@ -32,14 +45,10 @@ pub enum DecodeError {
     },
     #[error("record of {have} bytes is too short to hold common_type")]
     NoHeader { have: usize },
-    #[error("event {event}: ntprof-perf has no decoder for it")]
-    Unknown { event: String },
-    #[error(transparent)]
-    Tracefs(#[from] TracefsError),
 }
 
 /// A decoded event of kind `K` with the sample's time (ns on the recording clock) and CPU.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Event<K> {
     pub time: u64,
     pub cpu: u32,
@@ -48,19 +57,64 @@ pub struct Event<K> {
 
 /// How one event's raw record becomes a `K`: a layout bound from its format file.
 pub trait Layout<K>: Send + Sync {
-    fn decode(&self, raw: &[u8]) -> Result<K, DecodeError>;
+    fn decode(&self, raw: &[u8]) -> Result<K, Malformed>;
+
+    /// Decode and append `(time, event)` to `out`, the queue the event waits in. One
+    /// dynamic call whose body has the layout's decode inlined, so that the event goes
+    /// from registers into its place: returned through the stack instead, every sample
+    /// paid a store-forwarding stall when the caller copied it on.
+    #[inline]
+    fn decode_into(
+        &self,
+        raw: &[u8],
+        time: u64,
+        cpu: u32,
+        out: &mut Vec<(u64, Event<K>)>,
+    ) -> Result<(), Malformed> {
+        let kind = self.decode(raw)?;
+        out.push((time, Event { time, cpu, kind }));
+        Ok(())
+    }
 }
 
-impl<K, F: Fn(&[u8]) -> Result<K, DecodeError> + Send + Sync> Layout<K> for F {
-    #[inline]
-    fn decode(&self, raw: &[u8]) -> Result<K, DecodeError> {
+impl<K, F: Fn(&[u8]) -> Result<K, Malformed> + Send + Sync> Layout<K> for F {
+    // Always: inlined into `decode_into`, the slot's one call (see there).
+    #[inline(always)]
+    fn decode(&self, raw: &[u8]) -> Result<K, Malformed> {
         self(raw)
+    }
+}
+
+/// A layout whose events are wrapped into a profile's event type: a type rather than
+/// a closure, so that the whole decode inlines into the slot's one call
+/// ([`Layout::decode_into`]).
+pub struct Mapped<L, J, W> {
+    layout: L,
+    wrap: W,
+    /// What `layout` decodes to (what `wrap` takes).
+    decodes: std::marker::PhantomData<fn() -> J>,
+}
+
+impl<L, J, W> Mapped<L, J, W> {
+    pub fn new(layout: L, wrap: W) -> Self {
+        Mapped {
+            layout,
+            wrap,
+            decodes: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<J, K, L: Layout<J>, W: Fn(J) -> K + Send + Sync> Layout<K> for Mapped<L, J, W> {
+    #[inline(always)]
+    fn decode(&self, raw: &[u8]) -> Result<K, Malformed> {
+        self.layout.decode(raw).map(&self.wrap)
     }
 }
 
 impl<K> Layout<K> for Box<dyn Layout<K>> {
     #[inline]
-    fn decode(&self, raw: &[u8]) -> Result<K, DecodeError> {
+    fn decode(&self, raw: &[u8]) -> Result<K, Malformed> {
         (**self).decode(raw)
     }
 }
@@ -110,6 +164,17 @@ impl<K> Decoder<K> {
     ) -> Result<BoundEvent, DecodeError> {
         let fmt = tfs.event(system, event)?;
         let layout = bind(&fmt)?;
+        self.insert(&fmt, system, event, Arc::new(layout))
+    }
+
+    /// Dispatch `system:event`'s `common_type` to `layout`.
+    fn insert(
+        &mut self,
+        fmt: &EventFormat,
+        system: &str,
+        event: &str,
+        layout: Arc<dyn Layout<K>>,
+    ) -> Result<BoundEvent, DecodeError> {
         let full = format!("{system}:{event}");
         // `common_type` is a u16 in every record; ids above that cannot be dispatched.
         let id = u16::try_from(fmt.id).map_err(|_| DecodeError::FieldKind {
@@ -119,7 +184,7 @@ impl<K> Decoder<K> {
             found: fmt.id.to_string(),
         })?;
         self.slots.retain(|(i, _)| *i != id);
-        self.slots.push((id, Arc::new(layout)));
+        self.slots.push((id, layout));
         Ok(BoundEvent {
             name: full,
             id: fmt.id,
@@ -137,21 +202,46 @@ impl<K> Decoder<K> {
     where
         K: 'static,
     {
-        self.bind(tfs, system, event, |f| layout(f, system, event))
+        // The profile's box becomes the slot itself: one indirect call per sample, not
+        // a call through the box's own vtable as well.
+        let fmt = tfs.event(system, event)?;
+        let bound = layout(&fmt, system, event)?;
+        self.insert(&fmt, system, event, Arc::from(bound))
     }
 
     /// Decode one raw record. `Ok(None)` for an event this decoder was not built for.
     #[inline]
-    pub fn decode(&self, raw: &[u8], time: u64, cpu: u32) -> Result<Option<Event<K>>, DecodeError> {
+    pub fn decode(&self, raw: &[u8], time: u64, cpu: u32) -> Result<Option<Event<K>>, Malformed> {
         let id = match raw {
             [a, b, ..] => u16::from_le_bytes([*a, *b]),
-            _ => return Err(DecodeError::NoHeader { have: raw.len() }),
+            _ => return Err(Malformed::NoHeader { have: raw.len() }),
         };
         let Some((_, layout)) = self.slots.iter().find(|(i, _)| *i == id) else {
             return Ok(None);
         };
         let kind = layout.decode(raw)?;
         Ok(Some(Event { time, cpu, kind }))
+    }
+
+    /// [`decode`](Self::decode), appending `(time, event)` to `out`; `Ok(false)` for an
+    /// event this decoder was not built for.
+    #[inline]
+    pub fn decode_into(
+        &self,
+        raw: &[u8],
+        time: u64,
+        cpu: u32,
+        out: &mut Vec<(u64, Event<K>)>,
+    ) -> Result<bool, Malformed> {
+        let id = match raw {
+            [a, b, ..] => u16::from_le_bytes([*a, *b]),
+            _ => return Err(Malformed::NoHeader { have: raw.len() }),
+        };
+        let Some((_, layout)) = self.slots.iter().find(|(i, _)| *i == id) else {
+            return Ok(false);
+        };
+        layout.decode_into(raw, time, cpu, out)?;
+        Ok(true)
     }
 
     pub fn len(&self) -> usize {

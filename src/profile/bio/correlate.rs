@@ -20,7 +20,7 @@ use crate::profile::shared::block_events::Op;
 use crate::profile::shared::device_io::{head_columns, tail_columns, DeviceIo, HasDeviceIo};
 use crate::record::{col, opt, Column, Kind, Role, Value};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::rc::Rc;
 
 type Key = (u32, u64);
 
@@ -87,7 +87,7 @@ pub struct BioCorrelator {
     /// Bios in flight per device.
     depth: FxMap<u32, u32>,
     lower: Inflight<Key, Lower>,
-    names: FxMap<u32, Arc<str>>,
+    names: FxMap<u32, Rc<str>>,
     only: Vec<u32>,
     counters: Counters,
     gate: Gate,
@@ -98,7 +98,7 @@ pub struct BioCorrelator {
 pub struct BioRecord {
     pub io: DeviceIo,
     /// The device (and sector there) the last remap sent the bio to.
-    pub target: Option<(Arc<str>, u32, u64)>,
+    pub target: Option<(Rc<str>, u32, u64)>,
     pub q2r_ns: Option<u64>,
     pub r2c_ns: Option<u64>,
     pub q2c_ns: Option<u64>,
@@ -126,7 +126,7 @@ impl BioCorrelator {
             names: cfg
                 .names
                 .iter()
-                .map(|(d, n)| (*d, Arc::from(n.as_str())))
+                .map(|(d, n)| (*d, Rc::from(n.as_str())))
                 .collect(),
             only: cfg.only,
             counters: Counters::default(),
@@ -139,7 +139,7 @@ impl BioCorrelator {
         self.only.is_empty() || self.only.contains(&dev)
     }
 
-    fn name(&mut self, dev: u32) -> Arc<str> {
+    fn name(&mut self, dev: u32) -> Rc<str> {
         self.names
             .entry(dev)
             .or_insert_with(|| format!("{}:{}", dev_major(dev), dev_minor(dev)).into())

@@ -4,7 +4,7 @@
 //! bio-based devices (device-mapper, md, zram, …). A request-based disk's bios
 //! complete inside `block_rq_complete` (the block profile's event).
 
-use crate::decode::{unknown, DecodeError, FieldReader, Layout, Want};
+use crate::decode::{unknown, DecodeError, FieldReader, Layout, Malformed, Want};
 use crate::profile::shared::block_events::Op;
 use crate::tracefs::EventFormat;
 
@@ -92,9 +92,9 @@ impl BioLayout {
     }
 
     #[inline]
-    pub fn decode(&self, raw: &[u8]) -> Result<BioEvent, DecodeError> {
+    pub fn decode(&self, raw: &[u8]) -> Result<BioEvent, Malformed> {
         if raw.len() < self.need {
-            return Err(DecodeError::Truncated {
+            return Err(Malformed::Truncated {
                 event: self.kind.event_name(),
                 need: self.need,
                 have: raw.len(),

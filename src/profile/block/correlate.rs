@@ -61,7 +61,7 @@ use crate::decode::Event;
 use crate::profile::shared::block_events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
 use crate::profile::shared::device_io::DeviceIo;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::rc::Rc;
 
 #[derive(Debug, Clone, Copy)]
 struct Pending {
@@ -160,7 +160,7 @@ pub struct BlockCorrelator {
     pending: Inflight<Key, Pending>,
     /// Issued, not completed requests per device.
     issued: DevMap<u32>,
-    names: DevMap<Arc<str>>,
+    names: DevMap<Rc<str>>,
     counters: Counters,
     missing: Unaccounted,
     /// Per device (a run traces few: a short list beats hashing on every event).
@@ -177,7 +177,7 @@ impl BlockCorrelator {
         let names = cfg
             .names
             .iter()
-            .map(|(d, n)| (*d, Arc::from(n.as_str())))
+            .map(|(d, n)| (*d, Rc::from(n.as_str())))
             .collect();
         BlockCorrelator {
             pending: Inflight::new(cfg.max_in_flight),
@@ -297,7 +297,7 @@ impl BlockCorrelator {
         self.counters.in_flight = self.pending.len() as u64;
     }
 
-    fn name(&mut self, dev: u32) -> Arc<str> {
+    fn name(&mut self, dev: u32) -> Rc<str> {
         self.names
             .entry(dev)
             .or_insert_with(|| format!("{}:{}", dev_major(dev), dev_minor(dev)).into())

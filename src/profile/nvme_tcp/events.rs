@@ -7,7 +7,7 @@
 //! kernel whose entry lacks a field the correlator relies on fails at bind time,
 //! naming the event and the field.
 
-use crate::decode::{unknown, DecodeError, FieldReader, Layout, Want};
+use crate::decode::{unknown, DecodeError, FieldReader, Layout, Malformed, Want};
 use crate::profile::shared::block_events::{BlockEvent, BlockLayout};
 use crate::profile::shared::nvme_events::DiskName;
 use crate::tracefs::EventFormat;
@@ -344,13 +344,13 @@ impl TcpLayout {
     }
 
     #[inline]
-    pub fn decode(&self, raw: &[u8]) -> Result<TcpEvent, DecodeError> {
+    pub fn decode(&self, raw: &[u8]) -> Result<TcpEvent, Malformed> {
         let name = match self.which {
             Which::Host(k) => k.event_name(),
             Which::Target(k) => k.event_name(),
         };
         if raw.len() < self.need {
-            return Err(DecodeError::Truncated {
+            return Err(Malformed::Truncated {
                 event: name,
                 need: self.need,
                 have: raw.len(),

@@ -2,7 +2,7 @@
 //! `block_rq_complete`, and `block_bio_queue`. The nvme and nvme-tcp profiles decode
 //! them too, through [`BlockLayout`].
 
-use crate::decode::{DecodeError, FieldReader, Layout, Want};
+use crate::decode::{DecodeError, FieldReader, Layout, Malformed, Want};
 use crate::tracefs::EventFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -169,10 +169,10 @@ impl BlockLayout {
         }
     }
 
-    #[inline]
-    pub fn decode(&self, raw: &[u8]) -> Result<BlockEvent, DecodeError> {
+    #[inline(always)]
+    pub fn decode(&self, raw: &[u8]) -> Result<BlockEvent, Malformed> {
         if raw.len() < self.need {
-            return Err(DecodeError::Truncated {
+            return Err(Malformed::Truncated {
                 event: self.kind.event_name(),
                 need: self.need,
                 have: raw.len(),
@@ -210,8 +210,15 @@ pub fn layout(
     if system != "block" {
         return Err(crate::decode::unknown(system, event));
     }
-    let l = BlockLayout::for_event(fmt, event)?;
-    Ok(Box::new(move |raw: &[u8]| l.decode(raw)))
+    Ok(Box::new(BlockLayout::for_event(fmt, event)?))
+}
+
+/// The layout is the decoder's slot itself: its decode is the one call a sample makes.
+impl Layout<BlockEvent> for BlockLayout {
+    #[inline(always)]
+    fn decode(&self, raw: &[u8]) -> Result<BlockEvent, Malformed> {
+        BlockLayout::decode(self, raw)
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use super::block_events::Op;
 use crate::record::{col, opt, Column, Kind, Role, Status, Value};
-use std::sync::Arc;
+use std::rc::Rc;
 
 /// What a row of one I/O on a block device says about it, whatever the layer
 /// (request or bio): the block and bio records share it and its columns.
@@ -12,7 +12,7 @@ pub struct DeviceIo {
     pub start_ns: u64,
     pub dev: u32,
     /// Device name (`loop0`), or `major:minor` when it could not be resolved.
-    pub device: Arc<str>,
+    pub device: Rc<str>,
     pub op: Op,
     pub sector: u64,
     pub bytes: u64,

@@ -4,7 +4,7 @@
 //! decoded command and completion, opcode names, and the slba/length read from the
 //! command dwords. Pure decoding: no sysfs (the LBA size is the correlator's business).
 
-use crate::decode::{unknown, DecodeError, FieldReader, Layout, Want};
+use crate::decode::{unknown, DecodeError, FieldReader, Layout, Malformed, Want};
 use crate::profile::shared::block_events::{BlockEvent, BlockLayout};
 use crate::tracefs::EventFormat;
 
@@ -253,9 +253,9 @@ impl CmdLayout {
     }
 
     #[inline]
-    pub fn decode(&self, raw: &[u8]) -> Result<NvmeCmd, DecodeError> {
+    pub fn decode(&self, raw: &[u8]) -> Result<NvmeCmd, Malformed> {
         if raw.len() < self.need {
-            return Err(DecodeError::Truncated {
+            return Err(Malformed::Truncated {
                 event: self.event,
                 need: self.need,
                 have: raw.len(),
@@ -334,9 +334,9 @@ impl DoneLayout {
     }
 
     #[inline]
-    pub fn decode(&self, raw: &[u8]) -> Result<NvmeDone, DecodeError> {
+    pub fn decode(&self, raw: &[u8]) -> Result<NvmeDone, Malformed> {
         if raw.len() < self.need {
-            return Err(DecodeError::Truncated {
+            return Err(Malformed::Truncated {
                 event: self.event,
                 need: self.need,
                 have: raw.len(),

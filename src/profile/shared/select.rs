@@ -3,6 +3,7 @@
 //! events, and the NVMe selection flags.
 
 use super::block_events::{BlockEvent, BlockLayout};
+use crate::decode::Mapped;
 use crate::device::BlockDevice;
 use crate::filter::Filter;
 use crate::profile::{sample, PlanBuilder, PlanCtx, PlanError};
@@ -98,11 +99,11 @@ pub fn open_block<K: 'static>(
     b: &mut PlanBuilder<'_, K>,
     event: &str,
     filter: Option<Filter>,
-    wrap: fn(BlockEvent) -> K,
+    // A type, not a `fn` pointer: the wrapping is inlined into the sample's one call.
+    wrap: impl Fn(BlockEvent) -> K + Copy + Send + Sync + 'static,
 ) -> Result<(), PlanError> {
     b.open("block", event, filter, |fmt| {
-        let l = BlockLayout::for_event(fmt, event)?;
-        Ok(move |raw: &[u8]| l.decode(raw).map(wrap))
+        Ok(Mapped::new(BlockLayout::for_event(fmt, event)?, wrap))
     })
 }
 
