@@ -85,6 +85,20 @@ impl<K, F: Fn(&[u8]) -> Result<K, Malformed> + Send + Sync> Layout<K> for F {
     }
 }
 
+/// `impl Layout<K> for L` through `L`'s own `decode`, always inlined, so that a layout
+/// can be a decoder slot itself (see [`Layout::decode_into`]).
+macro_rules! layout_by_decode {
+    ($l:ty => $k:ty) => {
+        impl $crate::decode::Layout<$k> for $l {
+            #[inline(always)]
+            fn decode(&self, raw: &[u8]) -> Result<$k, $crate::decode::Malformed> {
+                <$l>::decode(self, raw)
+            }
+        }
+    };
+}
+pub(crate) use layout_by_decode;
+
 /// A layout whose events are wrapped into a profile's event type: a type rather than
 /// a closure, so that the whole decode inlines into the slot's one call
 /// ([`Layout::decode_into`]).

@@ -114,6 +114,8 @@ impl BioLayout {
     }
 }
 
+crate::decode::layout_by_decode!(BioLayout => BioEvent);
+
 /// The layout of one event the bio profile opens.
 pub fn layout(
     fmt: &EventFormat,
@@ -126,6 +128,5 @@ pub fn layout(
         ("block", "block_bio_remap") => BioKind::Remap,
         _ => return Err(unknown(system, event)),
     };
-    let l = BioLayout::bind(fmt, kind)?;
-    Ok(Box::new(move |raw: &[u8]| l.decode(raw)))
+    Ok(Box::new(BioLayout::bind(fmt, kind)?))
 }

@@ -7,7 +7,7 @@
 //! kernel whose entry lacks a field the correlator relies on fails at bind time,
 //! naming the event and the field.
 
-use crate::decode::{unknown, DecodeError, FieldReader, Layout, Malformed, Want};
+use crate::decode::{unknown, DecodeError, FieldReader, Layout, Malformed, Mapped, Want};
 use crate::profile::shared::block_events::{BlockEvent, BlockLayout};
 use crate::profile::shared::nvme_events::DiskName;
 use crate::tracefs::EventFormat;
@@ -440,6 +440,8 @@ pub enum NvmeTcpEvent {
     Block(BlockEvent),
 }
 
+crate::decode::layout_by_decode!(TcpLayout => TcpEvent);
+
 /// The layout of one event the nvme-tcp profile opens.
 pub fn layout(
     fmt: &EventFormat,
@@ -448,17 +450,10 @@ pub fn layout(
 ) -> Result<Box<dyn Layout<NvmeTcpEvent>>, DecodeError> {
     if system == "block" {
         let l = BlockLayout::for_event(fmt, event)?;
-        return Ok(Box::new(move |raw: &[u8]| {
-            l.decode(raw).map(NvmeTcpEvent::Block)
-        }));
+        return Ok(Box::new(Mapped::new(l, NvmeTcpEvent::Block)));
     }
     match TcpLayout::bind(fmt, system, event) {
-        Some(l) => {
-            let l = l?;
-            Ok(Box::new(move |raw: &[u8]| {
-                l.decode(raw).map(NvmeTcpEvent::Tcp)
-            }))
-        }
+        Some(l) => Ok(Box::new(Mapped::new(l?, NvmeTcpEvent::Tcp))),
         None => Err(unknown(system, event)),
     }
 }

@@ -5,7 +5,7 @@
 //! `disk` is the namespace's `device_path`, and the completion's `status` is already
 //! shifted past the phase bit by the kernel.
 
-use crate::decode::{unknown, DecodeError, Layout};
+use crate::decode::{unknown, DecodeError, Layout, Mapped};
 use crate::profile::shared::nvme_events::{CmdLayout, DoneLayout, NvmeEvent};
 use crate::tracefs::EventFormat;
 
@@ -18,11 +18,11 @@ pub fn layout(
     Ok(match (system, event) {
         ("nvmet", "nvmet_req_init") => {
             let l = CmdLayout::bind(fmt, "nvmet:nvmet_req_init")?;
-            Box::new(move |raw: &[u8]| l.decode(raw).map(NvmeEvent::Cmd))
+            Box::new(Mapped::new(l, NvmeEvent::Cmd))
         }
         ("nvmet", "nvmet_req_complete") => {
             let l = DoneLayout::bind(fmt, "nvmet:nvmet_req_complete")?;
-            Box::new(move |raw: &[u8]| l.decode(raw).map(NvmeEvent::Done))
+            Box::new(Mapped::new(l, NvmeEvent::Done))
         }
         _ => return Err(unknown(system, event)),
     })

@@ -213,13 +213,7 @@ pub fn layout(
     Ok(Box::new(BlockLayout::for_event(fmt, event)?))
 }
 
-/// The layout is the decoder's slot itself: its decode is the one call a sample makes.
-impl Layout<BlockEvent> for BlockLayout {
-    #[inline(always)]
-    fn decode(&self, raw: &[u8]) -> Result<BlockEvent, Malformed> {
-        BlockLayout::decode(self, raw)
-    }
-}
+crate::decode::layout_by_decode!(BlockLayout => BlockEvent);
 
 #[cfg(test)]
 mod tests {

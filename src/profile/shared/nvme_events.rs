@@ -4,7 +4,7 @@
 //! decoded command and completion, opcode names, and the slba/length read from the
 //! command dwords. Pure decoding: no sysfs (the LBA size is the correlator's business).
 
-use crate::decode::{unknown, DecodeError, FieldReader, Layout, Malformed, Want};
+use crate::decode::{unknown, DecodeError, FieldReader, Layout, Malformed, Mapped, Want};
 use crate::profile::shared::block_events::{BlockEvent, BlockLayout};
 use crate::tracefs::EventFormat;
 
@@ -362,6 +362,9 @@ pub enum HostEvent {
     Block(BlockEvent),
 }
 
+crate::decode::layout_by_decode!(CmdLayout => NvmeCmd);
+crate::decode::layout_by_decode!(DoneLayout => NvmeDone);
+
 /// The layout of one event the nvme profile opens.
 pub fn layout(
     fmt: &EventFormat,
@@ -371,16 +374,16 @@ pub fn layout(
     Ok(match (system, event) {
         ("nvme", "nvme_setup_cmd") => {
             let l = CmdLayout::bind(fmt, "nvme:nvme_setup_cmd")?;
-            Box::new(move |raw: &[u8]| l.decode(raw).map(|c| HostEvent::Nvme(NvmeEvent::Cmd(c))))
+            Box::new(Mapped::new(l, |c| HostEvent::Nvme(NvmeEvent::Cmd(c))))
         }
         ("nvme", "nvme_complete_rq") => {
             let l = DoneLayout::bind(fmt, "nvme:nvme_complete_rq")?;
-            Box::new(move |raw: &[u8]| l.decode(raw).map(|d| HostEvent::Nvme(NvmeEvent::Done(d))))
+            Box::new(Mapped::new(l, |d| HostEvent::Nvme(NvmeEvent::Done(d))))
         }
-        ("block", e) => {
-            let l = BlockLayout::for_event(fmt, e)?;
-            Box::new(move |raw: &[u8]| l.decode(raw).map(HostEvent::Block))
-        }
+        ("block", e) => Box::new(Mapped::new(
+            BlockLayout::for_event(fmt, e)?,
+            HostEvent::Block,
+        )),
         _ => return Err(unknown(system, event)),
     })
 }
