@@ -226,11 +226,7 @@ impl<K> Decoder<K> {
     /// Decode one raw record. `Ok(None)` for an event this decoder was not built for.
     #[inline]
     pub fn decode(&self, raw: &[u8], time: u64, cpu: u32) -> Result<Option<Event<K>>, Malformed> {
-        let id = match raw {
-            [a, b, ..] => u16::from_le_bytes([*a, *b]),
-            _ => return Err(Malformed::NoHeader { have: raw.len() }),
-        };
-        let Some((_, layout)) = self.slots.iter().find(|(i, _)| *i == id) else {
+        let Some(layout) = self.layout(raw)? else {
             return Ok(None);
         };
         let kind = layout.decode(raw)?;
@@ -247,15 +243,22 @@ impl<K> Decoder<K> {
         cpu: u32,
         out: &mut Vec<(u64, Event<K>)>,
     ) -> Result<bool, Malformed> {
-        let id = match raw {
-            [a, b, ..] => u16::from_le_bytes([*a, *b]),
-            _ => return Err(Malformed::NoHeader { have: raw.len() }),
-        };
-        let Some((_, layout)) = self.slots.iter().find(|(i, _)| *i == id) else {
+        let Some(layout) = self.layout(raw)? else {
             return Ok(false);
         };
         layout.decode_into(raw, time, cpu, out)?;
         Ok(true)
+    }
+
+    /// The layout of a raw record's `common_type`; `None` for an event this decoder
+    /// was not built for.
+    #[inline]
+    fn layout(&self, raw: &[u8]) -> Result<Option<&dyn Layout<K>>, Malformed> {
+        let id = match raw {
+            [a, b, ..] => u16::from_le_bytes([*a, *b]),
+            _ => return Err(Malformed::NoHeader { have: raw.len() }),
+        };
+        Ok(self.slots.iter().find(|(i, _)| *i == id).map(|(_, l)| &**l))
     }
 
     pub fn len(&self) -> usize {
