@@ -553,13 +553,8 @@ mod tests {
     /// release part of what is held (so the queues are compacted under held events).
     #[test]
     fn appending_in_place_releases_what_push_does() {
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut rnd = |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n.max(1)
-        };
+        let mut rng = fastrand::Rng::with_seed(0x2545_F491_4F6C_DD1D);
+        let mut rnd = |n: u64| rng.u64(..n.max(1));
         let (mut by_push, mut in_place) = (Sorter::new(), Sorter::new());
         let (mut a, mut b) = (Vec::new(), Vec::new());
         let mut last = [0u64; 3];
