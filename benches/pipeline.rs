@@ -1,6 +1,7 @@
 //! Replays a large synthetic stream of block samples through decode → order → correlate
-//! on one core, several times, and prints the fastest replay's events per second. The samples are laid out by the real format
-//! files captured in `tracefs/`, so they are byte-for-byte what that kernel writes.
+//! on one core, several times, and prints the fastest replay's events per second. The
+//! samples are laid out by the real format files captured in `tracefs/`, so they are
+//! byte-for-byte what that kernel writes.
 //!
 //! `cargo bench --bench pipeline [-- IOS] [csv]` (default 2,000,000 I/Os = 6,000,000
 //! events). With `csv`, the record path too: the same replay with every record rendered

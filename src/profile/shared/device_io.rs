@@ -11,7 +11,9 @@ use std::rc::Rc;
 pub struct DeviceIo {
     pub start_ns: u64,
     pub dev: u32,
-    /// Device name (`loop0`), or `major:minor` when it could not be resolved.
+    /// Device name (`loop0`), or `major:minor` when it could not be resolved. Shared
+    /// by every record of the device; `Rc`, not `Arc`: records never leave the reader's
+    /// thread, and an atomic count would be paid twice per record.
     pub device: Rc<str>,
     pub op: Op,
     pub sector: u64,
