@@ -198,21 +198,18 @@ impl<T: Copy> Sorter<T> {
     /// Queue an event of `source` (the CPU whose ring it came from).
     #[inline]
     pub fn push(&mut self, source: u32, time: u64, item: T) {
-        if time < self.released_up_to {
-            self.late += 1;
+        match self.tail(source, time) {
+            Some(q) => q.push((time, item)),
+            None => self.insert(source, time, item),
         }
-        // `held` only falls in `release`: its high-water mark is taken there.
-        self.held += 1;
-        match self.queues.get_mut(source as usize) {
-            Some(q) if q.last_time().is_none_or(|last| last <= time) => q.items.push((time, item)),
-            _ => self.push_slow(source, time, item),
-        }
+        self.queued(time);
     }
 
     /// The queue an event of `source` stamped `time` is appended to, for a caller that
-    /// builds the event in place (see `Decoder::decode_into`); `None` when it needs
-    /// [`push`](Self::push) (a source not seen yet, or an event older than its ring's
-    /// last). The caller reports each event it appended with [`appended`](Self::appended).
+    /// builds the event in place (see `Decoder::decode_into`); `None` when it must be
+    /// placed with [`insert`](Self::insert) (a source not seen yet, or an event older
+    /// than its ring's last). Either way the caller then reports the event with
+    /// [`queued`](Self::queued).
     #[inline]
     pub fn tail(&mut self, source: u32, time: u64) -> Option<&mut Vec<(u64, T)>> {
         let q = self.queues.get_mut(source as usize)?;
@@ -222,22 +219,25 @@ impl<T: Copy> Sorter<T> {
         Some(&mut q.items)
     }
 
-    /// An event stamped `time` was appended through [`tail`](Self::tail).
+    /// An event stamped `time` was queued through [`tail`](Self::tail) or
+    /// [`insert`](Self::insert).
     #[inline]
-    pub fn appended(&mut self, time: u64) {
+    pub fn queued(&mut self, time: u64) {
         if time < self.released_up_to {
             self.late += 1;
         }
+        // `held` only falls in `release`: its high-water mark is taken there.
         self.held += 1;
     }
 
-    /// A source not seen yet, or an event older than its ring's last: nested contexts
-    /// (an interrupt tracing while a task traces) can put a slightly older event after
-    /// a newer one in the same ring. The FIFO is kept sorted; out of line, so the
-    /// common case stays small enough to inline into the drain loop.
+    /// Place an event that [`tail`](Self::tail) refused: a source not seen yet, or an
+    /// event older than its ring's last (nested contexts, an interrupt tracing while a
+    /// task traces, can put a slightly older event after a newer one in the same ring).
+    /// The FIFO is kept sorted; out of line, so the common case stays small enough to
+    /// inline into the drain loop.
     #[cold]
     #[inline(never)]
-    fn push_slow(&mut self, source: u32, time: u64, item: T) {
+    pub fn insert(&mut self, source: u32, time: u64, item: T) {
         let src = (source as usize).min(MAX_SOURCES - 1);
         if src >= self.queues.len() {
             self.queues.resize_with(src + 1, Queue::default);
@@ -548,7 +548,7 @@ mod tests {
         assert_eq!(n, 1);
     }
 
-    /// Appending in place (`tail` + `appended`, as the pipeline decodes into the queue)
+    /// Appending in place (`tail` + `queued`, as the pipeline decodes into the queue)
     /// releases exactly what `push` does, late counts included, across rounds that
     /// release part of what is held (so the queues are compacted under held events).
     #[test]
@@ -577,7 +577,7 @@ mod tests {
                 match in_place.tail(src as u32, t) {
                     Some(q) => {
                         q.push((t, item));
-                        in_place.appended(t);
+                        in_place.queued(t);
                         appended += 1;
                     }
                     None => in_place.push(src as u32, t, item),

@@ -102,25 +102,19 @@ impl<C: Correlator> Pipeline<C> {
     #[inline]
     pub fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64> {
         self.samples += 1;
-        if let Some(q) = self.sorter.tail(cpu, time) {
-            return match self.decoder.decode_into(raw, time, cpu, q) {
-                Ok(true) => {
-                    self.sorter.appended(time);
-                    Some(time)
-                }
-                Ok(false) => None,
-                Err(_) => {
-                    self.bad_records += 1;
-                    None
-                }
-            };
-        }
-        match self.decoder.decode(raw, time, cpu) {
-            Ok(Some(ev)) => {
-                self.sorter.push(cpu, time, ev);
+        let ours = match self.sorter.tail(cpu, time) {
+            Some(q) => self.decoder.decode_into(raw, time, cpu, q),
+            None => self
+                .decoder
+                .decode(raw, time, cpu)
+                .map(|ev| ev.map(|ev| self.sorter.insert(cpu, time, ev)).is_some()),
+        };
+        match ours {
+            Ok(true) => {
+                self.sorter.queued(time);
                 Some(time)
             }
-            Ok(None) => None,
+            Ok(false) => None,
             Err(_) => {
                 self.bad_records += 1;
                 None

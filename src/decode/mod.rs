@@ -126,10 +126,24 @@ impl<J, K, L: Layout<J>, W: Fn(J) -> K + Send + Sync> Layout<K> for Mapped<L, J,
     }
 }
 
+/// A profile's boxed layout (what `events::layout` returns, and what the live plans
+/// bind): both calls go to the layout inside, `decode_into` included, so that its
+/// in-place decode is used and not this box's default one through the stack.
 impl<K> Layout<K> for Box<dyn Layout<K>> {
     #[inline]
     fn decode(&self, raw: &[u8]) -> Result<K, Malformed> {
         (**self).decode(raw)
+    }
+
+    #[inline]
+    fn decode_into(
+        &self,
+        raw: &[u8],
+        time: u64,
+        cpu: u32,
+        out: &mut Vec<(u64, Event<K>)>,
+    ) -> Result<(), Malformed> {
+        (**self).decode_into(raw, time, cpu, out)
     }
 }
 
@@ -178,17 +192,6 @@ impl<K> Decoder<K> {
     ) -> Result<BoundEvent, DecodeError> {
         let fmt = tfs.event(system, event)?;
         let layout = bind(&fmt)?;
-        self.insert(&fmt, system, event, Arc::new(layout))
-    }
-
-    /// Dispatch `system:event`'s `common_type` to `layout`.
-    fn insert(
-        &mut self,
-        fmt: &EventFormat,
-        system: &str,
-        event: &str,
-        layout: Arc<dyn Layout<K>>,
-    ) -> Result<BoundEvent, DecodeError> {
         let full = format!("{system}:{event}");
         // `common_type` is a u16 in every record; ids above that cannot be dispatched.
         let id = u16::try_from(fmt.id).map_err(|_| DecodeError::FieldKind {
@@ -198,7 +201,7 @@ impl<K> Decoder<K> {
             found: fmt.id.to_string(),
         })?;
         self.slots.retain(|(i, _)| *i != id);
-        self.slots.push((id, layout));
+        self.slots.push((id, Arc::new(layout)));
         Ok(BoundEvent {
             name: full,
             id: fmt.id,
@@ -216,11 +219,7 @@ impl<K> Decoder<K> {
     where
         K: 'static,
     {
-        // The profile's box becomes the slot itself: one indirect call per sample, not
-        // a call through the box's own vtable as well.
-        let fmt = tfs.event(system, event)?;
-        let bound = layout(&fmt, system, event)?;
-        self.insert(&fmt, system, event, Arc::from(bound))
+        self.bind(tfs, system, event, |f| layout(f, system, event))
     }
 
     /// Decode one raw record. `Ok(None)` for an event this decoder was not built for.
