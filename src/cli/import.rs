@@ -72,6 +72,12 @@ fn report_end(what: &str, cap_clock: &str, health: &Health) {
             health.lost
         );
     }
+    if health.duplicates > 0 {
+        eprintln!(
+            "ntprof-perf: warning: the capture holds {} samples twice, byte for byte (perf wrote part of a ring again); each was used once",
+            health.duplicates
+        );
+    }
     if health.throttled > 0 {
         eprintln!(
             "ntprof-perf: warning: the kernel throttled sampling {} times (THROTTLE records): the samples not taken are in no count",

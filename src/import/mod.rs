@@ -564,6 +564,7 @@ impl Capture {
         h.set_losses(lost.into_iter().collect(), Vec::new());
         h.throttled = tally.throttled;
         h.unthrottled = tally.unthrottled;
+        h.duplicates = tally.duplicates;
         Ok(h)
     }
 }
@@ -623,6 +624,46 @@ struct Tally {
     throttled: u64,
     unthrottled: u64,
     bad: u64,
+    same_time: SameTime,
+    duplicates: u64,
+}
+
+/// The samples of the latest timestamp, to tell a copy from an event. Stock `perf
+/// record` can write part of a ring twice (seen with perf 6.1: a ring's last samples
+/// again after the workload's exit, each once more, byte for byte), and the reader's sort
+/// puts a copy next to its original: the same time. Two firings of one event on one
+/// CPU do not share a nanosecond stamp and every byte of their payload (the common
+/// fields hold the pid), so such a sample is a copy; correlating it would make each
+/// I/O of the copied stretch twice.
+#[derive(Default)]
+struct SameTime {
+    time: u64,
+    /// (cpu, sample id, payload's range in `bytes`).
+    seen: Vec<(u32, Option<u64>, std::ops::Range<usize>)>,
+    bytes: Vec<u8>,
+}
+
+impl SameTime {
+    /// Whether this sample was seen already at its time; remembered if not.
+    fn repeated(&mut self, time: u64, cpu: u32, id: Option<u64>, raw: &[u8]) -> bool {
+        if time != self.time {
+            self.time = time;
+            self.seen.clear();
+            self.bytes.clear();
+        }
+        let bytes = &self.bytes;
+        if self
+            .seen
+            .iter()
+            .any(|(c, i, r)| *c == cpu && *i == id && bytes[r.clone()] == *raw)
+        {
+            return true;
+        }
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(raw);
+        self.seen.push((cpu, id, start..self.bytes.len()));
+        false
+    }
 }
 
 /// SAMPLE, LOST, THROTTLE, UNTHROTTLE and LOST_SAMPLES: the records an import reads.
@@ -664,7 +705,12 @@ fn feed<R: Read>(
                     since_round = 0;
                 }
                 let c = s.cpu.unwrap_or(0);
-                pipe.sample(t, c, &raw.as_slice());
+                let raw = raw.as_slice();
+                if tally.same_time.repeated(t, c, s.id, &raw) {
+                    tally.duplicates += 1;
+                    continue;
+                }
+                pipe.sample(t, c, &raw);
                 tally.last_on.insert(c, t);
                 last = t;
                 since_round += 1;
@@ -885,6 +931,22 @@ impl<R: Read> Read for Splice<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sample_is_a_copy_only_with_its_time_cpu_id_and_bytes() {
+        let mut s = SameTime::default();
+        assert!(!s.repeated(100, 0, Some(7), b"insert 8"));
+        assert!(
+            !s.repeated(100, 0, Some(7), b"insert 16"),
+            "another payload"
+        );
+        assert!(!s.repeated(100, 1, Some(7), b"insert 8"), "another CPU");
+        assert!(!s.repeated(100, 0, Some(8), b"insert 8"), "another event");
+        assert!(s.repeated(100, 0, Some(7), b"insert 8"));
+        assert!(s.repeated(100, 0, Some(7), b"insert 16"));
+        assert!(!s.repeated(101, 0, Some(7), b"insert 8"), "another time");
+        assert!(s.repeated(101, 0, Some(7), b"insert 8"));
+    }
 
     #[test]
     fn event_desc_counts_must_fit() {

@@ -107,6 +107,9 @@ pub struct Health {
     pub unthrottled: u64,
     /// Records of a kind ntprof-perf did not ask for.
     pub other_records: u64,
+    /// Samples a perf.data holds twice, byte for byte (stock `perf record` can write
+    /// part of a ring again): each is decoded once, the copies only counted.
+    pub duplicates: u64,
     #[serde(flatten)]
     pub counters: Counters,
     /// I/Os the lost or dropped samples cost, as far as the records show.
@@ -164,6 +167,9 @@ impl Health {
         }
         if self.other_records > 0 {
             s.push_str(&format!("  other-records {}", self.other_records));
+        }
+        if self.duplicates > 0 {
+            s.push_str(&format!("  duplicates {}", self.duplicates));
         }
         let c = &self.counters;
         s.push_str(&format!(

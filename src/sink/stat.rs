@@ -775,6 +775,7 @@ mod tests {
             "throttled",
             "unthrottled",
             "other_records",
+            "duplicates",
             "late",
             "bad_records",
         ] {
