@@ -108,10 +108,10 @@ pub struct Sorter<T> {
 
 /// A tournament (winner) tree over the sources a release merges. Leaf `j` is the
 /// `j`-th of them in source order, keyed by its head time (`u64::MAX` once it has
-/// nothing more to give); node `n` holds the key and leaf that win below it, `1` is
-/// the root, and nodes `p..2p` are the leaves themselves. A left subtree's leaves are
-/// all lower sources than the right's, so a tie going left is a tie going to the lower
-/// source.
+/// nothing more to give); node `n` holds the entry that wins below it, `1` is the
+/// root, and nodes `p..2p` are the leaves themselves. An entry is the key and the leaf
+/// in one number, `key << 32 | leaf`, so that a match is one comparison, and a tie on
+/// the key goes to the lower leaf, the lower source.
 #[derive(Default)]
 struct Merge {
     /// Per leaf: its source, the index of its next event, and the end of what this
@@ -119,9 +119,14 @@ struct Merge {
     leaves: Vec<(usize, usize, usize)>,
     /// The leaves' first keys, to build the tree from.
     keys: Vec<u64>,
-    /// Per node: the winning key below it and its leaf, so that a replay reads one
-    /// node per level.
-    tree: Vec<(u64, u32)>,
+    /// Per node: the entry that wins below it, so that a replay reads one node per
+    /// level.
+    tree: Vec<u128>,
+}
+
+#[inline]
+fn entry(key: u64, leaf: usize) -> u128 {
+    (u128::from(key) << 32) | leaf as u128
 }
 
 impl Merge {
@@ -129,13 +134,12 @@ impl Merge {
     fn build(&mut self) -> usize {
         let p = self.keys.len().next_power_of_two();
         self.tree.clear();
-        self.tree.resize(2 * p, (u64::MAX, 0));
+        self.tree.resize(2 * p, entry(u64::MAX, 0));
         for j in 0..p {
-            self.tree[p + j] = (self.keys.get(j).copied().unwrap_or(u64::MAX), j as u32);
+            self.tree[p + j] = entry(self.keys.get(j).copied().unwrap_or(u64::MAX), j);
         }
         for n in (1..p).rev() {
-            let (a, b) = (self.tree[2 * n], self.tree[2 * n + 1]);
-            self.tree[n] = if b.0 < a.0 { b } else { a };
+            self.tree[n] = self.tree[2 * n].min(self.tree[2 * n + 1]);
         }
         p
     }
@@ -143,7 +147,7 @@ impl Merge {
     /// The leaf that wins.
     #[inline]
     fn winner(&self) -> usize {
-        self.tree[1].1 as usize
+        self.tree[1] as u32 as usize
     }
 
     /// Leaf `j`'s key changed to `key`: replay its path to the root against the
@@ -151,19 +155,10 @@ impl Merge {
     #[inline]
     fn replay(&mut self, j: usize, key: u64, p: usize) {
         let mut n = p + j;
-        let mut win = (key, j as u32);
+        let mut win = entry(key, j);
         self.tree[n] = win;
         while n > 1 {
-            let sib = self.tree[n ^ 1];
-            // `n` even: the winner so far comes from the left and keeps ties.
-            let sibling_wins = if n & 1 == 0 {
-                sib.0 < win.0
-            } else {
-                sib.0 <= win.0
-            };
-            if sibling_wins {
-                win = sib;
-            }
+            win = win.min(self.tree[n ^ 1]);
             n /= 2;
             self.tree[n] = win;
         }
@@ -257,7 +252,7 @@ impl<T: Copy> Sorter<T> {
 
     /// End a drain round: release, oldest first, every event older than the clock read at
     /// the start of the previous round.
-    pub fn end_round(&mut self, mut out: impl FnMut(u64, T)) {
+    pub fn end_round(&mut self, mut out: impl FnMut(u64, &T)) {
         if let Some(bound) = self.bound {
             let bound = self.hold.map_or(bound, |h| h.min(bound));
             self.release(Some(bound), &mut out);
@@ -274,14 +269,14 @@ impl<T: Copy> Sorter<T> {
     }
 
     /// Release everything (end of the run).
-    pub fn flush(&mut self, mut out: impl FnMut(u64, T)) {
+    pub fn flush(&mut self, mut out: impl FnMut(u64, &T)) {
         self.release(None, &mut out);
     }
 
     /// k-way merge of the queue heads, up to (not including) `limit`, ordered by (time,
     /// source). Each queue is sorted, so its part of the release is a prefix, counted
     /// first; a queue alone with something to release hands it over in one go.
-    fn release(&mut self, limit: Option<u64>, out: &mut impl FnMut(u64, T)) {
+    fn release(&mut self, limit: Option<u64>, out: &mut impl FnMut(u64, &T)) {
         self.max_held = self.max_held.max(self.held);
         let mut m = std::mem::take(&mut self.merge);
         m.leaves.clear();
@@ -300,8 +295,8 @@ impl<T: Copy> Sorter<T> {
         let mut left: usize = m.leaves.iter().map(|&(_, at, end)| end - at).sum();
         self.held -= left;
         if let [(i, at, end)] = *m.leaves {
-            for &(t, item) in &self.queues[i].items[at..end] {
-                out(t, item);
+            for (t, item) in &self.queues[i].items[at..end] {
+                out(*t, item);
             }
             left = 0;
         }
@@ -315,7 +310,8 @@ impl<T: Copy> Sorter<T> {
             }
             let (i, ref mut at, end) = m.leaves[w];
             let items = &self.queues[i].items;
-            let (t, item) = items[*at];
+            // Handed out where it waits: an event is not copied out of its queue.
+            let (t, ref item) = items[*at];
             *at += 1;
             out(t, item);
             left -= 1;
@@ -352,13 +348,13 @@ mod tests {
 
     fn drain(s: &mut Sorter<&'static str>) -> Vec<(u64, &'static str)> {
         let mut v = Vec::new();
-        s.end_round(|t, x| v.push((t, x)));
+        s.end_round(|t, x| v.push((t, *x)));
         v
     }
 
     fn flush(s: &mut Sorter<&'static str>) -> Vec<(u64, &'static str)> {
         let mut v = Vec::new();
-        s.flush(|t, x| v.push((t, x)));
+        s.flush(|t, x| v.push((t, *x)));
         v
     }
 
@@ -513,7 +509,7 @@ mod tests {
             }
             let limit = if case % 3 == 0 { None } else { Some(rnd(150)) };
             let mut got = Vec::new();
-            s.release(limit, &mut |t, x| got.push((t, x)));
+            s.release(limit, &mut |t, x| got.push((t, *x)));
             let mut want: Vec<_> = all
                 .into_iter()
                 .filter(|(t, _)| limit.is_none_or(|m| *t < m))
@@ -583,13 +579,13 @@ mod tests {
                     None => in_place.push(src as u32, t, item),
                 }
             }
-            by_push.end_round(|t, x| a.push((t, x)));
-            in_place.end_round(|t, x| b.push((t, x)));
+            by_push.end_round(|t, x| a.push((t, *x)));
+            in_place.end_round(|t, x| b.push((t, *x)));
             assert_eq!(a, b, "round {round}");
             assert_eq!(by_push.held(), in_place.held());
         }
-        by_push.flush(|t, x| a.push((t, x)));
-        in_place.flush(|t, x| b.push((t, x)));
+        by_push.flush(|t, x| a.push((t, *x)));
+        in_place.flush(|t, x| b.push((t, *x)));
         assert_eq!(a, b);
         assert_eq!(a.len(), 300 * 40);
         assert_eq!(by_push.late(), in_place.late());

@@ -6,7 +6,7 @@
 //! sinks are the same code for every profile.
 
 use crate::correlate::{Correlator, Gap};
-use crate::decode::{Decoder, Event};
+use crate::decode::{Decoder, Event, Layout};
 use crate::order::Sorter;
 use crate::perf::ledger::Ledger;
 use crate::perf::{PerfGroup, Record};
@@ -15,9 +15,10 @@ use crate::record::IoRecord;
 use crate::sink::{Health, SinkError};
 use std::time::{Duration, Instant};
 
-/// decode → order → correlate, fed one raw sample at a time.
-pub struct Pipeline<C: Correlator> {
-    decoder: Decoder<C::Event>,
+/// decode → order → correlate, fed one raw sample at a time. `L` is the decoder's
+/// slot type (see [`Decoder`]).
+pub struct Pipeline<C: Correlator, L: ?Sized = dyn Layout<<C as Correlator>::Event>> {
+    decoder: Decoder<C::Event, L>,
     sorter: Sorter<Event<C::Event>>,
     corr: C,
     samples: u64,
@@ -45,6 +46,7 @@ impl Rates {
     /// Changes kept: a record older than the oldest change kept gets its rate.
     const KEPT: usize = 64;
 
+    #[inline]
     fn at(&self, t: u64) -> u32 {
         // A run without `--max-rate` has only the rate it started with.
         if let [(_, n)] = *self.0 {
@@ -63,8 +65,8 @@ impl Rates {
     }
 }
 
-impl<C: Correlator> Pipeline<C> {
-    pub fn new(decoder: Decoder<C::Event>, corr: C) -> Pipeline<C> {
+impl<C: Correlator, L: Layout<C::Event> + ?Sized> Pipeline<C, L> {
+    pub fn new(decoder: Decoder<C::Event, L>, corr: C) -> Pipeline<C, L> {
         Pipeline {
             decoder,
             sorter: Sorter::new(),
@@ -141,7 +143,11 @@ impl<C: Correlator> Pipeline<C> {
 
     /// Correlate what the sorter releases (everything at the end) and hand out each
     /// record with the sampling rate it was traced at.
-    fn release(&mut self, end: bool, out: &mut dyn FnMut(C::Record, u32)) {
+    ///
+    /// `out` is generic, not `dyn`: the callers' adapters inline into the one closure
+    /// the correlator calls, so a record is not moved and called on once more per hop.
+    #[inline]
+    fn release(&mut self, end: bool, out: &mut impl FnMut(C::Record, u32)) {
         let corr = &mut self.corr;
         let mut relabel = Relabel {
             unclaimed: &mut self.unclaimed,
@@ -149,16 +155,17 @@ impl<C: Correlator> Pipeline<C> {
         };
         let rates = &self.rates;
         let rows = &mut self.rows;
-        let out = &mut |r: C::Record| {
+        let out = &mut |mut r: C::Record| {
             *rows += 1;
             let n = rates.at(r.start_ns());
-            out(relabel.apply(r), n)
+            relabel.apply(&mut r);
+            out(r, n)
         };
         if end {
-            self.sorter.flush(|_, ev| corr.on_event(&ev, out));
+            self.sorter.flush(|_, ev| corr.on_event(ev, out));
             corr.finish(out);
         } else {
-            self.sorter.end_round(|_, ev| corr.on_event(&ev, out));
+            self.sorter.end_round(|_, ev| corr.on_event(ev, out));
         }
     }
 
@@ -193,13 +200,13 @@ struct Relabel<'a> {
 }
 
 impl Relabel<'_> {
-    fn apply<R: IoRecord>(&mut self, mut r: R) -> R {
+    #[inline]
+    fn apply<R: IoRecord>(&mut self, r: &mut R) {
         if *self.unclaimed > 0 && r.status() == crate::record::Status::Incomplete {
             r.set_status(crate::record::Status::Dropped);
             *self.unclaimed -= 1;
             *self.relabeled += 1;
         }
-        r
     }
 }
 
@@ -227,7 +234,7 @@ pub trait Stages {
     fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate>;
 }
 
-impl<C: Correlator> Stages for Pipeline<C> {
+impl<C: Correlator, L: Layout<C::Event> + ?Sized> Stages for Pipeline<C, L> {
     #[inline]
     fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64> {
         Pipeline::sample(self, time, cpu, raw)
@@ -580,7 +587,10 @@ mod tests {
             incomplete(4),
         ]
         .into_iter()
-        .map(|t| r.apply(t).status)
+        .map(|mut t| {
+            r.apply(&mut t);
+            t.status
+        })
         .collect();
         // Completed rows are never relabeled; two missing samples cut two I/Os.
         assert_eq!(

@@ -180,6 +180,49 @@ impl<K: Hash + Eq + Copy, V: Started> Inflight<K, V> {
         Some((v, held))
     }
 
+    /// Take the entry under `key` that `rank` puts first (the least `Some`; among
+    /// equals, the oldest), in one lookup; also says how many entries the key held.
+    /// For a pairing that prefers one entry over another rather than taking the first
+    /// that fits: a search, then a `take_where` for what it found, looked the key up
+    /// twice on every completion.
+    pub fn take_least<R: Ord>(
+        &mut self,
+        key: &K,
+        mut rank: impl FnMut(&V) -> Option<R>,
+    ) -> Option<(V, usize)> {
+        let Entry::Occupied(mut e) = self.map.entry(*key) else {
+            return None;
+        };
+        let (v, held) = match e.get_mut() {
+            Slot::One(v) => {
+                rank(v)?;
+                let Slot::One(v) = e.remove() else {
+                    unreachable!("matched One above")
+                };
+                (v, 1)
+            }
+            Slot::Many(q) => {
+                let held = q.len();
+                let mut best: Option<(R, usize)> = None;
+                for (i, v) in q.iter().enumerate() {
+                    if let Some(r) = rank(v) {
+                        // Strictly less: a tie keeps the older entry.
+                        if best.as_ref().is_none_or(|(b, _)| r < *b) {
+                            best = Some((r, i));
+                        }
+                    }
+                }
+                let v = q.remove(best?.1)?;
+                if q.is_empty() {
+                    e.remove();
+                }
+                (v, held)
+            }
+        };
+        self.len -= 1;
+        Some((v, held))
+    }
+
     /// Take the oldest entry under `key`.
     pub fn take(&mut self, key: &K) -> Option<(V, usize)> {
         self.take_where(key, |_| true)
@@ -302,6 +345,29 @@ mod tests {
         assert_eq!(t.take(&1), Some((E(10, 0), 1)));
         assert_eq!(t.take(&1), None);
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn the_least_ranked_entry_is_taken_and_a_tie_keeps_the_older() {
+        let mut t: Inflight<u32, E> = Inflight::new(16);
+        let mut none = |_, _| panic!("nothing to evict");
+        for (start, tag) in [(30, 0), (10, 1), (10, 2), (5, 3)] {
+            t.push(1, E(start, tag), &mut none);
+        }
+        t.push(2, E(1, 9), &mut none);
+        // Rank by start, leaving out tag 3: the two 10s tie, the older (tag 1) goes.
+        let rank = |e: &E| (e.1 != 3).then_some(e.0);
+        assert_eq!(t.take_least(&1, rank), Some((E(10, 1), 4)));
+        assert_eq!(t.take_least(&1, rank), Some((E(10, 2), 3)));
+        assert_eq!(t.take_least(&1, rank), Some((E(30, 0), 2)));
+        // Only tag 3 is left under key 1, and the rank refuses it: it stays.
+        assert_eq!(t.take_least(&1, rank), None);
+        assert_eq!(t.count(&1), 1);
+        // A key of one entry: taken when ranked, kept when not.
+        assert_eq!(t.take_least(&2, |_| None::<u64>), None);
+        assert_eq!(t.take_least(&2, rank), Some((E(1, 9), 1)));
+        assert_eq!(t.take_least(&7, rank), None);
+        assert_eq!((t.len(), t.count(&2)), (1, 0));
     }
 
     #[test]

@@ -151,22 +151,33 @@ impl<K> Layout<K> for Box<dyn Layout<K>> {
 pub type LayoutFn<K> = fn(&EventFormat, &str, &str) -> Result<Box<dyn Layout<K>>, DecodeError>;
 
 /// The layouts of every event a run decodes, dispatched by `common_type`.
-pub struct Decoder<K> {
+///
+/// `L` is what a slot holds: by default any layout, boxed behind `dyn Layout<K>`, so
+/// that a profile can decode events of different layouts into one enum. A profile
+/// whose events all share one layout type names it ([`Decoder::direct`]): the slot is
+/// then that type, and its decode inlines into the pipeline's per-sample code with no
+/// dynamic call.
+pub struct Decoder<K, L: ?Sized = dyn Layout<K>> {
     // Few events per run: a linear scan over a short Vec beats hashing.
-    slots: Vec<(u16, Arc<dyn Layout<K>>)>,
+    slots: Vec<(u16, Arc<L>)>,
+    decodes: std::marker::PhantomData<fn() -> K>,
 }
 
-impl<K> Clone for Decoder<K> {
+impl<K, L: ?Sized> Clone for Decoder<K, L> {
     fn clone(&self) -> Self {
         Decoder {
             slots: self.slots.clone(),
+            decodes: std::marker::PhantomData,
         }
     }
 }
 
-impl<K> Default for Decoder<K> {
+impl<K, L: ?Sized> Default for Decoder<K, L> {
     fn default() -> Self {
-        Decoder { slots: Vec::new() }
+        Decoder {
+            slots: Vec::new(),
+            decodes: std::marker::PhantomData,
+        }
     }
 }
 
@@ -177,35 +188,28 @@ pub struct BoundEvent {
     pub id: u64,
 }
 
+/// What a layout bound from a format file becomes in a decoder whose slots are `S`:
+/// boxed for a decoder of any layouts, itself for a decoder of one layout type.
+pub trait IntoSlot<S: ?Sized> {
+    fn into_slot(self) -> Arc<S>;
+}
+
+impl<K, M: Layout<K> + 'static> IntoSlot<dyn Layout<K>> for M {
+    fn into_slot(self) -> Arc<dyn Layout<K>> {
+        Arc::new(self)
+    }
+}
+
+impl<M> IntoSlot<M> for M {
+    fn into_slot(self) -> Arc<M> {
+        Arc::new(self)
+    }
+}
+
 impl<K> Decoder<K> {
+    /// A decoder of any layouts (each slot a `dyn Layout<K>`).
     pub fn new() -> Decoder<K> {
         Decoder::default()
-    }
-
-    /// Bind `system:event` from `tfs` with the layout `bind` builds from its format.
-    pub fn bind<L: Layout<K> + 'static>(
-        &mut self,
-        tfs: &Tracefs,
-        system: &str,
-        event: &str,
-        bind: impl FnOnce(&EventFormat) -> Result<L, DecodeError>,
-    ) -> Result<BoundEvent, DecodeError> {
-        let fmt = tfs.event(system, event)?;
-        let layout = bind(&fmt)?;
-        let full = format!("{system}:{event}");
-        // `common_type` is a u16 in every record; ids above that cannot be dispatched.
-        let id = u16::try_from(fmt.id).map_err(|_| DecodeError::FieldKind {
-            event: full.clone(),
-            field: "common_type".into(),
-            expected: "an event id below 65536".into(),
-            found: fmt.id.to_string(),
-        })?;
-        self.slots.retain(|(i, _)| *i != id);
-        self.slots.push((id, Arc::new(layout)));
-        Ok(BoundEvent {
-            name: full,
-            id: fmt.id,
-        })
     }
 
     /// Bind `system:event` with a profile's layout function (`events::layout`).
@@ -220,6 +224,42 @@ impl<K> Decoder<K> {
         K: 'static,
     {
         self.bind(tfs, system, event, |f| layout(f, system, event))
+    }
+}
+
+impl<K, L: Layout<K>> Decoder<K, L> {
+    /// A decoder whose every slot is an `L`: each sample's decode is a direct call,
+    /// inlined into the code that reads the sample.
+    pub fn direct() -> Decoder<K, L> {
+        Decoder::default()
+    }
+}
+
+impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
+    /// Bind `system:event` from `tfs` with the layout `bind` builds from its format.
+    pub fn bind<M: IntoSlot<L>>(
+        &mut self,
+        tfs: &Tracefs,
+        system: &str,
+        event: &str,
+        bind: impl FnOnce(&EventFormat) -> Result<M, DecodeError>,
+    ) -> Result<BoundEvent, DecodeError> {
+        let fmt = tfs.event(system, event)?;
+        let layout = bind(&fmt)?;
+        let full = format!("{system}:{event}");
+        // `common_type` is a u16 in every record; ids above that cannot be dispatched.
+        let id = u16::try_from(fmt.id).map_err(|_| DecodeError::FieldKind {
+            event: full.clone(),
+            field: "common_type".into(),
+            expected: "an event id below 65536".into(),
+            found: fmt.id.to_string(),
+        })?;
+        self.slots.retain(|(i, _)| *i != id);
+        self.slots.push((id, layout.into_slot()));
+        Ok(BoundEvent {
+            name: full,
+            id: fmt.id,
+        })
     }
 
     /// Decode one raw record. `Ok(None)` for an event this decoder was not built for.
@@ -252,7 +292,7 @@ impl<K> Decoder<K> {
     /// The layout of a raw record's `common_type`; `None` for an event this decoder
     /// was not built for.
     #[inline]
-    fn layout(&self, raw: &[u8]) -> Result<Option<&dyn Layout<K>>, Malformed> {
+    fn layout(&self, raw: &[u8]) -> Result<Option<&L>, Malformed> {
         let id = match raw {
             [a, b, ..] => u16::from_le_bytes([*a, *b]),
             _ => return Err(Malformed::NoHeader { have: raw.len() }),

@@ -27,7 +27,7 @@ pub mod sample;
 pub mod shared;
 
 use crate::correlate::Correlator;
-use crate::decode::{DecodeError, Decoder, Layout};
+use crate::decode::{DecodeError, Decoder, IntoSlot, Layout};
 use crate::device::{DeviceError, SysBlock};
 use crate::filter::Filter;
 use crate::pipeline::{Pipeline, Stages};
@@ -540,10 +540,13 @@ impl Resample {
     }
 }
 
-/// Collects the events a plan opens, binding each one's layout as it goes.
-pub struct PlanBuilder<'t, K> {
+/// Collects the events a plan opens, binding each one's layout as it goes. `L` is its
+/// decoder's slot type (see [`Decoder`]): any layout by default ([`PlanBuilder::new`]),
+/// or the one layout type of a profile whose events all share it
+/// ([`PlanBuilder::direct`]).
+pub struct PlanBuilder<'t, K, L: ?Sized = dyn Layout<K>> {
     tfs: &'t Tracefs,
-    decoder: Decoder<K>,
+    decoder: Decoder<K, L>,
     events: Vec<OpenEvent>,
     notes: Vec<String>,
     sample: u32,
@@ -552,9 +555,22 @@ pub struct PlanBuilder<'t, K> {
 
 impl<'t, K: 'static> PlanBuilder<'t, K> {
     pub fn new(tfs: &'t Tracefs) -> Self {
+        Self::with(tfs, Decoder::new())
+    }
+}
+
+impl<'t, K: 'static, L: Layout<K> + 'static> PlanBuilder<'t, K, L> {
+    /// Every event decoded by an `L`, with no dynamic call per sample.
+    pub fn direct(tfs: &'t Tracefs) -> Self {
+        Self::with(tfs, Decoder::direct())
+    }
+}
+
+impl<'t, K: 'static, L: Layout<K> + ?Sized + 'static> PlanBuilder<'t, K, L> {
+    fn with(tfs: &'t Tracefs, decoder: Decoder<K, L>) -> Self {
         PlanBuilder {
             tfs,
-            decoder: Decoder::new(),
+            decoder,
             events: Vec::new(),
             notes: Vec::new(),
             sample: 1,
@@ -563,12 +579,12 @@ impl<'t, K: 'static> PlanBuilder<'t, K> {
     }
 
     /// Open `system:event` with `filter`, decoding it with the layout `bind` builds.
-    pub fn open<L: Layout<K> + 'static>(
+    pub fn open<M: IntoSlot<L>>(
         &mut self,
         system: &str,
         event: &str,
         filter: Option<Filter>,
-        bind: impl FnOnce(&EventFormat) -> Result<L, DecodeError>,
+        bind: impl FnOnce(&EventFormat) -> Result<M, DecodeError>,
     ) -> Result<(), PlanError> {
         let b = self.decoder.bind(self.tfs, system, event, bind)?;
         self.events.push(OpenEvent {
@@ -613,7 +629,7 @@ impl<'t, K: 'static> PlanBuilder<'t, K> {
     }
 
     /// The decoder alone (tests and replays drive a [`Pipeline`] themselves).
-    pub fn into_decoder(self) -> Decoder<K> {
+    pub fn into_decoder(self) -> Decoder<K, L> {
         self.decoder
     }
 }

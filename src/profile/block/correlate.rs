@@ -465,24 +465,15 @@ impl BlockCorrelator {
             BlockKind::Complete => {
                 self.expire(t, out);
                 self.scan(t);
-                let mut first_issue = self.first_issued(&key, e.nr_sector);
-                // The request this would pair with lost its own completion: it is
-                // written `dropped`, and the completion goes to the next one.
-                while let Some(i) = first_issue.filter(|_| self.missing.complete > 0) {
-                    let lost = self
-                        .pending
-                        .find_mut(&key, |p| p.issue == Some(i))
-                        .map(|p| *p)
-                        .filter(|p| self.lost_completion(e.dev, p, t));
-                    let Some(p) = lost else { break };
-                    self.pending.take_where(&key, |q| q.issue == p.issue);
-                    self.suspect(key, p, t);
-                    first_issue = self.first_issued(&key, e.nr_sector);
+                if self.missing.complete > 0 {
+                    self.set_aside_lost(key, e.nr_sector, t);
                 }
-                let taken = match first_issue {
-                    Some(i) => self.pending.take_where(&key, |p| p.issue == Some(i)),
-                    None => None,
-                };
+                // The request issued first, one of the completion's size first (see
+                // `first_issued`), found and taken in one lookup.
+                let nr_sector = e.nr_sector;
+                let taken = self
+                    .pending
+                    .take_least(&key, |p| p.issue.map(|i| (p.remaining != nr_sector, i)));
                 let taken = match taken {
                     Some(x) => Some(x),
                     None => self.cleared(key).map(|p| (p, 1)),
@@ -553,6 +544,24 @@ impl BlockCorrelator {
             },
         };
         self.cut(e.dev, &p, out);
+    }
+
+    /// While completions are unaccounted: the request a completion of `key` would pair
+    /// with lost its own completion. It is written `dropped` (once its device shows
+    /// it), and the completion goes to the next one.
+    fn set_aside_lost(&mut self, key: Key, nr_sector: u32, t: u64) {
+        let mut first_issue = self.first_issued(&key, nr_sector);
+        while let Some(i) = first_issue.filter(|_| self.missing.complete > 0) {
+            let lost = self
+                .pending
+                .find_mut(&key, |p| p.issue == Some(i))
+                .map(|p| *p)
+                .filter(|p| self.lost_completion(key.0, p, t));
+            let Some(p) = lost else { break };
+            self.pending.take_where(&key, |q| q.issue == p.issue);
+            self.suspect(key, p, t);
+            first_issue = self.first_issued(&key, nr_sector);
+        }
     }
 
     /// The earliest issue time among the issued requests of `key`.

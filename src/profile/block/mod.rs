@@ -10,7 +10,8 @@ pub mod record;
 use super::{sample, EventReq, Need, Plan, PlanBuilder, PlanCtx, PlanError, Profile, BLOCK_HINT};
 use crate::device::BlockDevice;
 use crate::filter::Filter;
-use crate::profile::shared::select::{dev_filter, device_args, devices, open_block, sector_sample};
+use crate::profile::shared::block_events::{BlockEvent, BlockLayout};
+use crate::profile::shared::select::{dev_filter, device_args, devices, sector_sample};
 use crate::profile::Descriptor;
 use crate::record::Tabled;
 use correlate::{BlockConfig, BlockCorrelator};
@@ -99,12 +100,16 @@ impl Profile for Block {
     fn plan(&self, ctx: &PlanCtx<'_>) -> Result<Plan, PlanError> {
         ctx.require(|_| true)?;
         let rate = sample::rate(ctx)?;
-        let mut b = PlanBuilder::new(ctx.tfs);
+        // Every event the block profile opens is a `BlockLayout`: decoded with no
+        // dynamic call per sample.
+        let mut b = PlanBuilder::<BlockEvent, BlockLayout>::direct(ctx.tfs);
         let asked = devices(ctx, &mut b)?;
         let devs: Vec<u32> = asked.iter().map(BlockDevice::kernel_dev).collect();
         let filter = Filter::and(dev_filter(&devs), sector_sample(ctx, &mut b, rate, &asked)?);
         for e in EVENTS.iter().filter(|e| ctx.opens(e.system, e.event)) {
-            open_block(&mut b, e.event, filter.clone(), |e| e)?;
+            b.open("block", e.event, filter.clone(), |fmt| {
+                BlockLayout::for_event(fmt, e.event)
+            })?;
         }
         let inserts = ctx.opens("block", "block_rq_insert");
         if !inserts {

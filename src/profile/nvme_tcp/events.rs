@@ -343,7 +343,7 @@ impl TcpLayout {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn decode(&self, raw: &[u8]) -> Result<TcpEvent, Malformed> {
         let name = match self.which {
             Which::Host(k) => k.event_name(),

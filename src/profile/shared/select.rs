@@ -3,7 +3,7 @@
 //! events, and the NVMe selection flags.
 
 use super::block_events::{BlockEvent, BlockLayout};
-use crate::decode::Mapped;
+use crate::decode::{Layout, Mapped};
 use crate::device::BlockDevice;
 use crate::filter::Filter;
 use crate::profile::{sample, PlanBuilder, PlanCtx, PlanError};
@@ -30,9 +30,9 @@ pub fn device_args() -> Vec<clap::Arg> {
 
 /// The devices `--device` names, resolved through sysfs. A partition is traced as its
 /// whole disk (request events name the disk), with a note saying so.
-pub fn devices<K: 'static>(
+pub fn devices<K: 'static, L: Layout<K> + ?Sized + 'static>(
     ctx: &PlanCtx<'_>,
-    b: &mut PlanBuilder<'_, K>,
+    b: &mut PlanBuilder<'_, K, L>,
 ) -> Result<Vec<BlockDevice>, PlanError> {
     let mut out = Vec::new();
     for d in ctx.flags::<String>("device") {
@@ -56,9 +56,9 @@ pub fn dev_filter(devs: &[u32]) -> Option<Filter> {
 
 /// `--sample` on the start sector (`sector`; a remap's `old_sector`): the filter that
 /// keeps 1 in `rate` I/Os of the `asked` devices, with the rate recorded in the plan.
-pub fn sector_sample<K: 'static>(
+pub fn sector_sample<K: 'static, L: Layout<K> + ?Sized + 'static>(
     ctx: &PlanCtx<'_>,
-    b: &mut PlanBuilder<'_, K>,
+    b: &mut PlanBuilder<'_, K, L>,
     rate: u32,
     asked: &[BlockDevice],
 ) -> Result<Option<Filter>, PlanError> {
@@ -68,9 +68,9 @@ pub fn sector_sample<K: 'static>(
 
 /// The sector bits `--sample` tests (`None` without sampling); the default alignment
 /// takes the logical block sizes of `disks` into account.
-pub fn sector_sample_mask<K: 'static>(
+pub fn sector_sample_mask<K: 'static, L: Layout<K> + ?Sized + 'static>(
     ctx: &PlanCtx<'_>,
-    b: &mut PlanBuilder<'_, K>,
+    b: &mut PlanBuilder<'_, K, L>,
     rate: u32,
     disks: &[String],
 ) -> Result<Option<u64>, PlanError> {
