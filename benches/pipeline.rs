@@ -1,19 +1,29 @@
-//! Replays a large synthetic stream of block samples through decode → order → correlate
-//! on one core, several times, and prints the fastest replay's events per second. The
+//! Replays a large synthetic stream of samples through decode → order → correlate on
+//! one core, several times, and prints the fastest replay's events per second. The
 //! samples are laid out by the real format files captured in `tracefs/`, so they are
 //! byte-for-byte what that kernel writes.
 //!
-//! `cargo bench --bench pipeline [-- IOS] [csv]` (default 2,000,000 I/Os = 6,000,000
-//! events). With `csv`, the record path too: the same replay with every record rendered
-//! as a CSV row into a writer that discards (`record`'s sink, minus the file), and the
-//! rendering alone over records collected beforehand, in ns per row.
+//! `cargo bench --bench pipeline [-- IOS] [csv | nvme-tcp]`
+//! - block (default): 2,000,000 I/Os of insert, issue and complete = 6,000,000 events,
+//!   decoded as the block profile's live plan does. With `csv`, the record path too:
+//!   the same replay with every record rendered as a CSV row into a writer that
+//!   discards (`record`'s sink, minus the file), and the rendering alone over records
+//!   collected beforehand, in ns per row.
+//! - `nvme-tcp`: 4k reads traced on both sides of a loopback NVMe/TCP connection, the
+//!   13 events per I/O of the nvme-tcp profile (block bio queue and completion, seven
+//!   host and four target events), as issue 20's "2 M IOPS NVMe/TCP host" sees them;
+//!   laid out by the patched 6.1 guest's formats (default 500,000 I/Os).
 
-use ntprof_perf::decode::Decoder;
+use ntprof_perf::correlate::Correlator;
+use ntprof_perf::decode::{Decoder, Layout};
 use ntprof_perf::pipeline::Pipeline;
 use ntprof_perf::profile::block::correlate::{BlockConfig, BlockCorrelator};
 use ntprof_perf::profile::block::record::BlockRecord;
-use ntprof_perf::profile::shared::block_events::BlockLayout;
-use ntprof_perf::record::Tabled;
+use ntprof_perf::profile::nvme_tcp::events::{layout as tcp_layout, NvmeTcpEvent};
+use ntprof_perf::profile::nvme_tcp::join::TcpCorrelator;
+use ntprof_perf::profile::nvme_tcp::model::TcpConfig;
+use ntprof_perf::profile::shared::block_events::{BlockEvent, BlockLayout};
+use ntprof_perf::record::{IoRecord, Status, Tabled};
 use ntprof_perf::sink::csv::CsvSink;
 use ntprof_perf::sink::time::WallClock;
 use ntprof_perf::synth::RecordBuilder;
@@ -38,10 +48,10 @@ const ROUND: usize = 2048;
 /// The replay itself, apart so that a profiler can count it alone
 /// (`valgrind --tool=callgrind --toggle-collect='*drive*'`).
 #[inline(never)]
-fn drive(
-    pipe: &mut Pipeline<BlockCorrelator>,
+fn drive<C: Correlator, L: Layout<C::Event> + ?Sized>(
+    pipe: &mut Pipeline<C, L>,
     streams: &[Stream],
-    out: &mut dyn FnMut(BlockRecord),
+    out: &mut dyn FnMut(C::Record),
 ) {
     let mut pos = [0usize; CPUS];
     // A replay's clock: no sample still to be fed is older than the oldest unread head.
@@ -73,23 +83,106 @@ struct Stream {
     bytes: Vec<u8>,
 }
 
-fn captured_tree() -> PathBuf {
+impl Stream {
+    /// Per CPU, samples in any order: each CPU's sorted by time and laid out as a ring.
+    fn rings(per_cpu: Vec<Vec<(u64, Vec<u8>)>>) -> Vec<Stream> {
+        per_cpu
+            .into_iter()
+            .map(|mut s| {
+                s.sort_by_key(|(t, _)| *t);
+                let mut out = Stream::default();
+                for (t, raw) in s {
+                    // Ring records are 8-byte aligned.
+                    let at = out.bytes.len();
+                    out.index.push((t, at, raw.len()));
+                    out.bytes.extend_from_slice(&raw);
+                    out.bytes.resize(out.bytes.len().next_multiple_of(8), 0);
+                }
+                out
+            })
+            .collect()
+    }
+}
+
+/// The newest captured tree that has `event` (`system/name`).
+fn captured_tree(event: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tracefs");
     let mut trees: Vec<PathBuf> = std::fs::read_dir(&root)
         .expect("tracefs/ captures")
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("events/block/block_rq_issue/format").is_file())
+        .filter(|p| p.join("events").join(event).join("format").is_file())
         .collect();
     trees.sort();
-    trees.pop().expect("a captured tree with block events")
+    trees.pop().expect("a captured tree with the events")
+}
+
+/// Replays until `REPLAYS` are done, each returning (this thread's CPU s, wall s, late,
+/// a checksum every replay must agree on); prints the figures of the fastest.
+fn report(
+    what: &str,
+    tree: &std::path::Path,
+    streams: &[Stream],
+    ios: u64,
+    mut replay: impl FnMut() -> (f64, f64, u64, u64),
+) -> f64 {
+    let events: usize = streams.iter().map(|s| s.index.len()).sum();
+    let bytes: usize = streams.iter().map(|s| s.bytes.len()).sum();
+    // Several replays, the fastest reported: on a shared VM the slower ones measure
+    // the neighbours.
+    let mut runs = Vec::new();
+    for _ in 0..REPLAYS {
+        let run = replay();
+        assert!(
+            runs.iter().all(|r: &(f64, f64, u64, u64)| r.3 == run.3),
+            "replays differ"
+        );
+        runs.push(run);
+    }
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let all: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{:.0}", r.0 * 1e9 / events as f64))
+        .collect();
+    let (secs, wall, late, _) = runs[0];
+    println!("format files: {}", tree.display());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "load average {}; times are this thread's CPU time",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "{what}: {events} events ({} MB of raw samples), {ios} I/Os in {secs:.3} s CPU ({wall:.3} s wall)",
+        bytes / 1_000_000
+    );
+    println!(
+        "  ns/event of {REPLAYS} replays, fastest first: {}",
+        all.join(" ")
+    );
+    println!(
+        "  {:.2} M events/s, {:.0} ns/event, {:.2} M I/Os/s on one core (late {late})",
+        events as f64 / secs / 1e6,
+        secs * 1e9 / events as f64,
+        ios as f64 / secs / 1e6,
+    );
+    secs
 }
 
 fn main() {
-    let ios: u64 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(2_000_000);
-    let tree = captured_tree();
+    let ios: Option<u64> = std::env::args().skip(1).find_map(|a| a.parse().ok());
+    if std::env::args().any(|a| a == "nvme-tcp") {
+        return nvme_tcp(ios.unwrap_or(500_000));
+    }
+    block(
+        ios.unwrap_or(2_000_000),
+        std::env::args().any(|a| a == "csv"),
+    );
+}
+
+fn block(ios: u64, csv: bool) {
+    let tree = captured_tree("block/block_rq_issue");
     let tfs = Tracefs::at(&tree).unwrap();
     let ins = tfs.event("block", "block_rq_insert").unwrap();
     let iss = tfs.event("block", "block_rq_issue").unwrap();
@@ -111,37 +204,22 @@ fn main() {
 
     // Per CPU, a time-ordered stream. An I/O is submitted on one CPU and completed on the
     // next one, so the merge really has to reorder across rings. 64 I/Os in flight.
-    let mut streams: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); CPUS];
+    let mut per_cpu: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); CPUS];
     for i in 0..ios {
         let t = i * 1_000;
         let sector = (i % 65_536) * 8;
         let rwbs: &[u8] = if i % 3 == 0 { b"W" } else { b"R" };
         let sub = (i as usize) % CPUS;
-        streams[sub].push((t, mk(&ins, sector, rwbs)));
-        streams[sub].push((t + 300, mk(&iss, sector, rwbs)));
-        streams[(sub + 1) % CPUS].push((t + 64_000, mk(&cpl, sector, rwbs)));
+        per_cpu[sub].push((t, mk(&ins, sector, rwbs)));
+        per_cpu[sub].push((t + 300, mk(&iss, sector, rwbs)));
+        per_cpu[(sub + 1) % CPUS].push((t + 64_000, mk(&cpl, sector, rwbs)));
     }
-    let streams: Vec<Stream> = streams
-        .into_iter()
-        .map(|mut s| {
-            s.sort_by_key(|(t, _)| *t);
-            let mut out = Stream::default();
-            for (t, raw) in s {
-                // Ring records are 8-byte aligned.
-                let at = out.bytes.len();
-                out.index.push((t, at, raw.len()));
-                out.bytes.extend_from_slice(&raw);
-                out.bytes.resize(out.bytes.len().next_multiple_of(8), 0);
-            }
-            out
-        })
-        .collect();
+    let streams = Stream::rings(per_cpu);
     let events: usize = streams.iter().map(|s| s.index.len()).sum();
-    let bytes: usize = streams.iter().map(|s| s.bytes.len()).sum();
 
-    let csv = std::env::args().any(|a| a == "csv");
     let replay = |out: &mut dyn FnMut(BlockRecord)| {
-        let mut decoder = Decoder::new();
+        // As the block profile's live plan binds them: one layout type, called directly.
+        let mut decoder = Decoder::<BlockEvent, BlockLayout>::direct();
         for e in ["block_rq_insert", "block_rq_issue", "block_rq_complete"] {
             decoder
                 .bind(&tfs, "block", e, |fmt| BlockLayout::for_event(fmt, e))
@@ -157,52 +235,16 @@ fn main() {
         assert_eq!(h.counters.unmatched + h.counters.incomplete, 0, "{h:?}");
         (cpu, wall, h.late)
     };
-    // Several replays, the fastest reported: on a shared VM the slower ones measure
-    // the neighbours (each replay's records and mean d2c must be the same).
-    let mut runs = Vec::new();
-    let mut d2c_sum = 0u64;
-    for _ in 0..REPLAYS {
-        let mut records = 0u64;
-        let mut sum = 0u64;
-        let run = replay(&mut |r| {
+    // Each replay's records and their d2c must be the same.
+    let secs = report("decode+order+correlate", &tree, &streams, ios, || {
+        let (mut records, mut d2c) = (0u64, 0u64);
+        let (cpu, wall, late) = replay(&mut |r| {
             records += 1;
-            sum += r.d2c_ns.unwrap_or(0);
+            d2c += r.d2c_ns.unwrap_or(0);
         });
         assert_eq!(records, ios, "every I/O must come out as one record");
-        assert!(runs.is_empty() || sum == d2c_sum, "replays differ");
-        d2c_sum = sum;
-        runs.push(run);
-    }
-    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let all: Vec<String> = runs
-        .iter()
-        .map(|r| format!("{:.0}", r.0 * 1e9 / events as f64))
-        .collect();
-    let (secs, wall, late) = runs[0];
-    println!("format files: {}", tree.display());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!(
-        "load average {}; times are this thread's CPU time",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    println!(
-        "decode+order+correlate: {events} events ({} MB of raw samples), {ios} I/Os in {secs:.3} s CPU ({wall:.3} s wall)",
-        bytes / 1_000_000
-    );
-    println!(
-        "  ns/event of {REPLAYS} replays, fastest first: {}",
-        all.join(" ")
-    );
-    println!(
-        "  {:.2} M events/s, {:.0} ns/event, {:.2} M I/Os/s on one core (mean d2c {} ns, late {late})",
-        events as f64 / secs / 1e6,
-        secs * 1e9 / events as f64,
-        ios as f64 / secs / 1e6,
-        d2c_sum / ios.max(1),
-    );
+        (cpu, wall, late, d2c)
+    });
     if !csv {
         return;
     }
@@ -240,5 +282,134 @@ fn main() {
         "CSV rendering alone: {:.0} ns/row ({} rows)",
         render * 1e9 / rows.len() as f64,
         rows.len()
+    );
+}
+
+/// 4k reads on a loopback NVMe/TCP connection, host and target traced in one run: the
+/// 13 events of each (`tests.rs`'s `read` scenario of the nvme-tcp profile, stretched
+/// so that 64 I/Os are in flight). The host submits on CPU 0 or 1 and completes on the
+/// other; the target works on CPU 2 or 3.
+fn nvme_tcp(ios: u64) {
+    let tree = captured_tree("nvme_tcp/nvme_tcp_queue_rq");
+    let tfs = Tracefs::at(&tree).unwrap();
+    let events = [
+        ("block", "block_bio_queue"),
+        ("nvme_tcp", "nvme_tcp_queue_rq"),
+        ("nvme_tcp", "nvme_tcp_try_send"),
+        ("nvme_tcp", "nvme_tcp_done_send_req"),
+        ("nvmet_tcp", "nvmet_tcp_done_recv_pdu"),
+        ("nvmet_tcp", "nvmet_tcp_exec_read_req"),
+        ("nvmet_tcp", "nvmet_tcp_queue_response"),
+        ("nvmet_tcp", "nvmet_tcp_try_send_data_pdu"),
+        ("nvmet_tcp", "nvmet_tcp_try_send_response"),
+        ("nvme_tcp", "nvme_tcp_handle_c2h_data"),
+        ("nvme_tcp", "nvme_tcp_recv_data"),
+        ("nvme_tcp", "nvme_tcp_process_nvme_cqe"),
+        ("block", "block_rq_complete"),
+    ];
+    let fmts: Vec<_> = events
+        .iter()
+        .map(|(sys, ev)| tfs.event(sys, ev).unwrap())
+        .collect();
+    let dev = 259u64 << 20;
+    let mut per_cpu: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); CPUS];
+    for i in 0..ios {
+        let t = i * 1_000;
+        let (sub, done, tgt) = (
+            (i % 2) as usize,
+            ((i + 1) % 2) as usize,
+            2 + (i % 2) as usize,
+        );
+        let (qid, cid, sector) = (1 + i % 2, (i / 2) % 1024, (i % 65_536) * 8);
+        // The `read` scenario's offsets, ×32: 64 µs from bio to completion.
+        let at = |k: usize, off: u64| (k, t + off * 32);
+        let marks = [
+            (at(0, 0), sub, None),
+            (at(1, 500), sub, None),
+            (at(2, 600), sub, None),
+            (at(3, 700), sub, None),
+            (at(4, 800), tgt, Some(750)),
+            (at(5, 900), tgt, None),
+            (at(6, 1400), tgt, None),
+            (at(7, 1500), tgt, None),
+            (at(8, 1600), tgt, None),
+            (at(9, 1700), done, Some(1650)),
+            (at(10, 1800), done, Some(1650)),
+            (at(11, 1900), done, Some(1850)),
+            (at(12, 2000), done, None),
+        ];
+        for ((k, when), cpu, recv) in marks {
+            let f = &fmts[k];
+            let mut b = RecordBuilder::new(f);
+            let mut set = |name: &str, v: u64| {
+                if f.field(name).is_some() {
+                    b = std::mem::replace(&mut b, RecordBuilder::new(f)).int(name, v);
+                }
+            };
+            for (name, v) in [
+                ("ctrl_id", 0),
+                ("cntlid", 1),
+                ("qid", qid),
+                ("cid", cid),
+                ("tag", cid & 0xfff),
+                ("opcode", 2),
+                ("dev", dev),
+                ("sector", sector),
+                ("nr_sector", 8),
+                ("slba", sector / 8),
+                ("nsid", 1),
+                ("write", 0),
+                ("inline_data", 0),
+                ("flags", 4),
+            ] {
+                set(name, v);
+            }
+            // Lengths: the command's 4 KiB, a response or data PDU header's 24 bytes.
+            let len = if (7..=8).contains(&k) { 24 } else { 4096 };
+            set("len", len);
+            set("data_len", 4096);
+            if let Some(r) = recv {
+                set("recv_time", t + r * 32);
+            }
+            if f.field("disk").is_some() {
+                b = b.bytes("disk", b"nvme0n1");
+            }
+            if f.field("rwbs").is_some() {
+                b = b.bytes("rwbs", b"R");
+            }
+            per_cpu[cpu].push((when, b.build()));
+        }
+    }
+    let streams = Stream::rings(per_cpu);
+    report(
+        "nvme-tcp, decode+order+correlate",
+        &tree,
+        &streams,
+        ios,
+        || {
+            let mut decoder = Decoder::<NvmeTcpEvent>::new();
+            for (sys, ev) in events {
+                decoder.add(&tfs, sys, ev, tcp_layout).unwrap();
+            }
+            let mut pipe = Pipeline::new(decoder, TcpCorrelator::new(TcpConfig::default()));
+            let (mut records, mut sum) = (0u64, 0u64);
+            let start = Instant::now();
+            let cpu0 = cpu_secs();
+            drive(&mut pipe, &streams, &mut |r| {
+                records += 1;
+                assert_eq!(r.status(), Status::Ok, "{r:?}");
+                let s = r.schema();
+                sum += s
+                    .stages
+                    .iter()
+                    .filter_map(|&i| r.value(i).as_ns())
+                    .sum::<u64>();
+            });
+            let cpu = cpu_secs() - cpu0;
+            let wall = start.elapsed().as_secs_f64();
+            let h = pipe.health();
+            assert_eq!(records, ios, "every I/O must come out as one record: {h:?}");
+            (cpu, wall, h.late, sum)
+        },
     );
 }
