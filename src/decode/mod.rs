@@ -126,27 +126,6 @@ impl<J, K, L: Layout<J>, W: Fn(J) -> K + Send + Sync> Layout<K> for Mapped<L, J,
     }
 }
 
-/// A profile's boxed layout (what `events::layout` returns, and what the live plans
-/// bind): both calls go to the layout inside, `decode_into` included, so that its
-/// in-place decode is used and not this box's default one through the stack.
-impl<K> Layout<K> for Box<dyn Layout<K>> {
-    #[inline]
-    fn decode(&self, raw: &[u8]) -> Result<K, Malformed> {
-        (**self).decode(raw)
-    }
-
-    #[inline]
-    fn decode_into(
-        &self,
-        raw: &[u8],
-        time: u64,
-        cpu: u32,
-        out: &mut Vec<(u64, Event<K>)>,
-    ) -> Result<(), Malformed> {
-        (**self).decode_into(raw, time, cpu, out)
-    }
-}
-
 /// A profile's `events::layout`: the layout of one of its events by name.
 pub type LayoutFn<K> = fn(&EventFormat, &str, &str) -> Result<Box<dyn Layout<K>>, DecodeError>;
 
@@ -223,7 +202,21 @@ impl<K> Decoder<K> {
     where
         K: 'static,
     {
-        self.bind(tfs, system, event, |f| layout(f, system, event))
+        self.bind_boxed(tfs, system, event, |f| layout(f, system, event))
+    }
+
+    /// Bind `system:event` with a profile's boxed layout (what `events::layout`
+    /// returns): the box becomes the slot itself. A box is deliberately not a `Layout`:
+    /// wrapped in the slot's own `Arc<dyn>`, every sample paid a second dynamic call,
+    /// the box's.
+    pub fn bind_boxed(
+        &mut self,
+        tfs: &Tracefs,
+        system: &str,
+        event: &str,
+        bind: impl FnOnce(&EventFormat) -> Result<Box<dyn Layout<K>>, DecodeError>,
+    ) -> Result<BoundEvent, DecodeError> {
+        self.put(tfs, system, event, |f| bind(f).map(Arc::from))
     }
 }
 
@@ -244,6 +237,16 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
         event: &str,
         bind: impl FnOnce(&EventFormat) -> Result<M, DecodeError>,
     ) -> Result<BoundEvent, DecodeError> {
+        self.put(tfs, system, event, |f| bind(f).map(IntoSlot::into_slot))
+    }
+
+    fn put(
+        &mut self,
+        tfs: &Tracefs,
+        system: &str,
+        event: &str,
+        bind: impl FnOnce(&EventFormat) -> Result<Arc<L>, DecodeError>,
+    ) -> Result<BoundEvent, DecodeError> {
         let fmt = tfs.event(system, event)?;
         let layout = bind(&fmt)?;
         let full = format!("{system}:{event}");
@@ -255,7 +258,7 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
             found: fmt.id.to_string(),
         })?;
         self.slots.retain(|(i, _)| *i != id);
-        self.slots.push((id, layout.into_slot()));
+        self.slots.push((id, layout));
         Ok(BoundEvent {
             name: full,
             id: fmt.id,

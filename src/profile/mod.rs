@@ -557,6 +557,20 @@ impl<'t, K: 'static> PlanBuilder<'t, K> {
     pub fn new(tfs: &'t Tracefs) -> Self {
         Self::with(tfs, Decoder::new())
     }
+
+    /// [`open`](Self::open) with a profile's boxed layout (`events::layout`), which
+    /// becomes the decoder's slot itself (see [`Decoder::bind_boxed`]).
+    pub fn open_boxed(
+        &mut self,
+        system: &str,
+        event: &str,
+        filter: Option<Filter>,
+        bind: impl FnOnce(&EventFormat) -> Result<Box<dyn Layout<K>>, DecodeError>,
+    ) -> Result<(), PlanError> {
+        let b = self.decoder.bind_boxed(self.tfs, system, event, bind)?;
+        self.opened(b, filter);
+        Ok(())
+    }
 }
 
 impl<'t, K: 'static, L: Layout<K> + 'static> PlanBuilder<'t, K, L> {
@@ -587,12 +601,16 @@ impl<'t, K: 'static, L: Layout<K> + ?Sized + 'static> PlanBuilder<'t, K, L> {
         bind: impl FnOnce(&EventFormat) -> Result<M, DecodeError>,
     ) -> Result<(), PlanError> {
         let b = self.decoder.bind(self.tfs, system, event, bind)?;
+        self.opened(b, filter);
+        Ok(())
+    }
+
+    fn opened(&mut self, b: crate::decode::BoundEvent, filter: Option<Filter>) {
         self.events.push(OpenEvent {
             name: b.name,
             id: b.id,
             filter,
         });
-        Ok(())
     }
 
     pub fn note(&mut self, s: impl Into<String>) {

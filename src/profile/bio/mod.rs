@@ -144,7 +144,7 @@ impl Profile for Bio {
                 (Some(a), Some(l)) => Some(Filter::Any(vec![a, l])),
                 (None, Some(_)) => None,
             };
-            b.open(e.system, e.event, filter, |fmt| {
+            b.open_boxed(e.system, e.event, filter, |fmt| {
                 events::layout(fmt, e.system, e.event)
             })?;
         }

@@ -145,7 +145,7 @@ impl Profile for Nvme {
                     None => continue,
                 },
             };
-            b.open(e.system, e.event, filter, |fmt| {
+            b.open_boxed(e.system, e.event, filter, |fmt| {
                 events::layout(fmt, e.system, e.event)
             })?;
         }

@@ -182,7 +182,7 @@ impl Profile for NvmeTcp {
                 "block" if block => block_filter.clone(),
                 _ => continue,
             };
-            b.open(s.req.system, s.req.event, filter, |fmt| {
+            b.open_boxed(s.req.system, s.req.event, filter, |fmt| {
                 events::layout(fmt, s.req.system, s.req.event)
             })?;
         }

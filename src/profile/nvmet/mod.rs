@@ -69,7 +69,7 @@ impl Profile for Nvmet {
                 _ => select.done_filter(),
             };
             let filter = Filter::and(filter, sampled.clone());
-            b.open(e.system, e.event, filter, |fmt| {
+            b.open_boxed(e.system, e.event, filter, |fmt| {
                 events::layout(fmt, e.system, e.event)
             })?;
         }
