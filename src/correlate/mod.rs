@@ -39,6 +39,14 @@ pub trait Correlator {
         false
     }
     fn counters(&self) -> Counters;
+    /// Completions counted `unmatched` that were stamped at or before `t`. The pipeline
+    /// counts those after a gap began among the I/Os it cost: a gap is reported once
+    /// the tallies confirm it, by when a completion of an I/O whose start it cut may
+    /// have been correlated already. The default, for a correlator that does not date
+    /// them, is all so far.
+    fn unmatched_at(&self, _t: u64) -> u64 {
+        self.counters().unmatched
+    }
     /// The gate a rate change works through (`--max-rate`); `None` when this
     /// correlator cannot take a change of rate while running.
     fn gate(&mut self) -> Option<&mut gate::Gate> {
@@ -189,9 +197,63 @@ impl<'a, V> DevEntry<'a, V> {
     }
 }
 
+/// Unmatched completions by the time they were stamped, for
+/// [`Correlator::unmatched_at`]: `(t, n)` is the count once the completion stamped `t`
+/// was counted. Noted only when a completion is unmatched; the newest
+/// [`UnmatchedLog::KEPT`] are kept.
+#[derive(Debug, Clone)]
+pub struct UnmatchedLog(std::collections::VecDeque<(u64, u64)>);
+
+impl Default for UnmatchedLog {
+    fn default() -> Self {
+        // Before any completion, none.
+        UnmatchedLog([(0, 0)].into())
+    }
+}
+
+impl UnmatchedLog {
+    pub const KEPT: usize = 4096;
+
+    /// A completion stamped `t` was unmatched, `n` with it.
+    pub fn note(&mut self, t: u64, n: u64) {
+        // Completions come in time order; a late one is dated with the newest.
+        let t = self.0.back().map_or(t, |&(last, _)| last.max(t));
+        if self.0.len() == Self::KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back((t, n));
+    }
+
+    /// Unmatched completions stamped at or before `t`. Older than every entry kept
+    /// (more than `KEPT` since), the oldest kept: none after `t` is counted in.
+    pub fn at(&self, t: u64) -> u64 {
+        let i = self.0.partition_point(|&(at, _)| at <= t);
+        self.0.get(i.saturating_sub(1)).map_or(0, |&(_, n)| n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_unmatched_log_counts_completions_up_to_a_time() {
+        let mut u = UnmatchedLog::default();
+        assert_eq!(u.at(5), 0);
+        u.note(200, 1);
+        u.note(200, 2);
+        // A late completion is dated with the newest.
+        u.note(150, 3);
+        u.note(400, 4);
+        assert_eq!([u.at(199), u.at(200), u.at(399), u.at(400)], [0, 3, 3, 4]);
+        for t in 0..(UnmatchedLog::KEPT as u64 + 10) {
+            u.note(1_000 + t, 5 + t);
+        }
+        assert_eq!(u.0.len(), UnmatchedLog::KEPT);
+        // Older than every entry kept: the oldest kept, none after it counted in.
+        assert_eq!(u.at(0), u.0[0].1);
+        assert_eq!(u.at(u64::MAX), 5 + UnmatchedLog::KEPT as u64 + 9);
+    }
 
     /// The remembered key never answers for another: the same values as a HashMap.
     #[test]

@@ -13,7 +13,7 @@
 use super::events::{BioEvent, BioKind};
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::{Correlator, Counters, FxMap, Status};
+use crate::correlate::{Correlator, Counters, FxMap, Status, UnmatchedLog};
 use crate::decode::Event;
 use crate::device::{dev_major, dev_minor};
 use crate::profile::shared::block_events::Op;
@@ -90,6 +90,8 @@ pub struct BioCorrelator {
     names: FxMap<u32, Rc<str>>,
     only: Vec<u32>,
     counters: Counters,
+    /// When completions were unmatched (see `Correlator::unmatched_at`).
+    unmatched_log: UnmatchedLog,
     gate: Gate,
 }
 
@@ -130,6 +132,7 @@ impl BioCorrelator {
                 .collect(),
             only: cfg.only,
             counters: Counters::default(),
+            unmatched_log: UnmatchedLog::default(),
             gate: Gate::default(),
         }
     }
@@ -283,6 +286,7 @@ impl BioCorrelator {
                 let Some((io, held)) = self.ios.take(&at) else {
                     if !self.gate.explains(e.sector, t) {
                         self.counters.unmatched += 1;
+                        self.unmatched_log.note(t, self.counters.unmatched);
                     }
                     return;
                 };
@@ -312,6 +316,10 @@ impl Correlator for BioCorrelator {
         }
         self.lower.clear();
         self.counters.in_flight = 0;
+    }
+
+    fn unmatched_at(&self, t: u64) -> u64 {
+        self.unmatched_log.at(t)
     }
 
     fn counters(&self) -> Counters {

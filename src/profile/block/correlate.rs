@@ -56,7 +56,7 @@
 use super::record::BlockRecord;
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::{Correlator, Counters, DevMap, Gap, Status};
+use crate::correlate::{Correlator, Counters, DevMap, Gap, Status, UnmatchedLog};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
 use crate::profile::shared::device_io::DeviceIo;
@@ -162,6 +162,8 @@ pub struct BlockCorrelator {
     issued: DevMap<u32>,
     names: DevMap<Rc<str>>,
     counters: Counters,
+    /// When completions were unmatched (see `Correlator::unmatched_at`).
+    unmatched_log: UnmatchedLog,
     missing: Unaccounted,
     /// Per device (a run traces few: a short list beats hashing on every event).
     devs: Vec<DevSeen>,
@@ -185,6 +187,7 @@ impl BlockCorrelator {
             cfg,
             names,
             counters: Counters::default(),
+            unmatched_log: UnmatchedLog::default(),
             missing: Unaccounted::default(),
             devs: Vec::new(),
             suspects: Vec::new(),
@@ -520,6 +523,7 @@ impl BlockCorrelator {
         }
         if self.missing.issue == 0 {
             self.counters.unmatched += 1;
+            self.unmatched_log.note(t, self.counters.unmatched);
             return;
         }
         self.missing.issue -= 1;
@@ -644,6 +648,10 @@ impl Correlator for BlockCorrelator {
         }
         m.horizon = m.horizon.max(gap.before);
         true
+    }
+
+    fn unmatched_at(&self, t: u64) -> u64 {
+        self.unmatched_log.at(t)
     }
 
     fn counters(&self) -> Counters {

@@ -16,7 +16,7 @@ use super::target::{TgtIo, TgtKey};
 use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started};
-use crate::correlate::{Correlator, Counters, FxMap};
+use crate::correlate::{Correlator, Counters, FxMap, UnmatchedLog};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 
@@ -54,6 +54,8 @@ pub struct TcpCorrelator {
     host_ctrls: Box<[u64; 1024]>,
     tgt_ctrls: Box<[u64; 1024]>,
     counters: Counters,
+    /// When completions were unmatched (see `Correlator::unmatched_at`).
+    unmatched_log: UnmatchedLog,
     gate: Gate,
 }
 
@@ -84,6 +86,7 @@ impl TcpCorrelator {
             host_ctrls: Box::new([0; 1024]),
             tgt_ctrls: Box::new([0; 1024]),
             counters: Counters::default(),
+            unmatched_log: UnmatchedLog::default(),
             gate: Gate::default(),
         }
     }
@@ -171,6 +174,7 @@ impl TcpCorrelator {
             if e.kind == HostKind::ProcessNvmeCqe && !self.gate.explains(e.cid.into(), t) {
                 // A completion whose command we never saw start.
                 self.counters.unmatched += 1;
+                self.unmatched_log.note(t, self.counters.unmatched);
             }
             return;
         };
@@ -294,6 +298,7 @@ impl TcpCorrelator {
             if e.kind == TargetKind::QueueResponse && !e.r2t && !self.gate.explains(e.cid.into(), t)
             {
                 self.counters.unmatched += 1;
+                self.unmatched_log.note(t, self.counters.unmatched);
             }
             return;
         };
@@ -433,6 +438,10 @@ impl Correlator for TcpCorrelator {
         self.by_sector.clear();
         self.bios.clear();
         self.counters.in_flight = 0;
+    }
+
+    fn unmatched_at(&self, t: u64) -> u64 {
+        self.unmatched_log.at(t)
     }
 
     fn counters(&self) -> Counters {

@@ -123,6 +123,10 @@ impl Correlator for NvmetCorrelator {
         self.tracker.counters()
     }
 
+    fn unmatched_at(&self, t: u64) -> u64 {
+        self.tracker.unmatched_log.at(t)
+    }
+
     fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate> {
         Some(&mut self.tracker.gate)
     }

@@ -207,6 +207,8 @@ pub(crate) struct CmdTracker {
     nsid_disks: Vec<DiskName>,
     lba_cache: FxMap<DiskName, u32>,
     pub(crate) counters: Counters,
+    /// When completions were unmatched (see `Correlator::unmatched_at`).
+    pub(crate) unmatched_log: crate::correlate::UnmatchedLog,
     /// Target only: match a completion to a command recorded with ctrl_id 0 (see
     /// `complete`). Never on the host, where controller instance 0 is `nvme0`.
     pub(crate) ctrl0_fallback: bool,
@@ -222,6 +224,7 @@ impl CmdTracker {
             nsid_disks: Vec::new(),
             lba_cache: FxMap::default(),
             counters: Counters::default(),
+            unmatched_log: Default::default(),
             ctrl0_fallback: false,
             gate: Gate::default(),
         }
@@ -379,6 +382,7 @@ impl CmdTracker {
         let other_ns = self.cfg.select.nsid.is_some() && !self.nsid_disks.contains(&done.disk);
         if !other_ns {
             self.counters.unmatched += 1;
+            self.unmatched_log.note(t, self.counters.unmatched);
         }
     }
 
