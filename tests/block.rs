@@ -587,11 +587,11 @@ fn lost_samples_are_attributed_to_the_ios_they_cost() {
         "≈{estimate} vs {whole}: {err}"
     );
     // No `ok` row carries another I/O's completion: none is slower than fio saw.
-    let clat_max = fio_clat_max_ns(&json);
+    let lat_max = fio_lat_max_ns(&json);
     for r in rows.iter().filter(|r| r["status"] == "ok") {
         assert!(
-            num(r, "d2c_ns") <= clat_max,
-            "{r:?} slower than fio's {clat_max} ns"
+            num(r, "d2c_ns") <= lat_max,
+            "{r:?} slower than fio's {lat_max} ns"
         );
     }
     let _ = std::fs::remove_file(csv);
@@ -632,7 +632,7 @@ fn under_load_every_io_is_accounted_and_no_ok_row_is_another_ios() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     let fio = fio_ios(&json);
-    let clat_max = fio_clat_max_ns(&json);
+    let lat_max = fio_lat_max_ns(&json);
     let rows = read_csv(&csv);
     assert_clean("load", &err);
     assert_eq!(rows.len() as u64, fio, "{err}");
@@ -640,8 +640,8 @@ fn under_load_every_io_is_accounted_and_no_ok_row_is_another_ios() {
     assert_eq!(dropped, health_count(&err, "cut "), "{err}");
     for r in rows.iter().filter(|r| r["status"] == "ok") {
         assert!(
-            num(r, "d2c_ns") <= clat_max,
-            "{r:?}: slower than fio's slowest ({clat_max} ns): {err}"
+            num(r, "d2c_ns") <= lat_max,
+            "{r:?}: slower than fio's slowest ({lat_max} ns): {err}"
         );
         assert!(
             num(r, "qd") <= 16,

@@ -491,13 +491,13 @@ fn lost_records_of_a_capture_are_reported_as_a_live_run_reports_them() {
         err.contains("incomplete 0") && err.contains(", costing "),
         "{err}"
     );
-    let clat_max = fio_clat_max_ns(&json);
+    let lat_max = fio_lat_max_ns(&json);
     for r in read_csv(&csv) {
         assert!(r["status"] == "ok" || r["status"] == "dropped", "{r:?}");
         if r["status"] == "ok" {
             assert!(
-                num(&r, "d2c_ns") <= clat_max,
-                "{r:?} slower than fio's {clat_max} ns"
+                num(&r, "d2c_ns") <= lat_max,
+                "{r:?} slower than fio's {lat_max} ns"
             );
         }
     }
