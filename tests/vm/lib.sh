@@ -22,8 +22,11 @@ ensure_pkgs() {
     log "installing missing packages: ${missing[*]}"
     [ "$(id -u)" -eq 0 ] || die "need root to apt-get install ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y --no-install-recommends "${missing[@]}" \
-        || { apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"; } \
+    # apt's progress goes to stderr: the scripts' stdout is their answer (build-kernel.sh
+    # prints the kernel's directory, which the tests read), and on a machine without the
+    # 6.12 sources apt's lines became part of that path.
+    { apt-get install -y --no-install-recommends "${missing[@]}" \
+        || { apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"; }; } >&2 \
         || die "apt-get install ${missing[*]} failed"
 }
 
