@@ -194,6 +194,112 @@ impl FieldReader {
     }
 }
 
+/// A bound integer field in 16 bytes, for layouts that read many fields per sample.
+/// [`IntField::ABSENT`] reads 0, so that a layout can read every slot of its event
+/// type whether or not this event kind carries it, with no branch per field.
+///
+/// A layout first checks that a record holds all its fields, then places each field
+/// within that length ([`IntField::within`]): every read is then one 8-byte load that
+/// stays inside the record, a shift and a mask, even for a field at the record's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntField {
+    /// Where the 8-byte load starts: the field's offset, or less when the field ends
+    /// within 8 bytes of the checked length.
+    base: u32,
+    /// Bits from the load's start to the field's.
+    shift: u8,
+    /// Bits above the field, for a sign extension (0 when unsigned).
+    sign_shift: u8,
+    /// The mask of the field's bits; 0 for [`IntField::ABSENT`].
+    mask: u64,
+    offset: u32,
+    size: u8,
+}
+
+impl IntField {
+    /// A field the event does not have: reads 0.
+    pub const ABSENT: IntField = IntField {
+        base: 0,
+        shift: 0,
+        sign_shift: 0,
+        mask: 0,
+        offset: 0,
+        size: 0,
+    };
+
+    /// Bind `field` of `fmt` as an integer of 1, 2, 4 or 8 bytes.
+    pub fn bind(fmt: &EventFormat, event: &str, field: &str) -> Result<IntField, DecodeError> {
+        FieldReader::bind(fmt, event, field, Want::Int).map(IntField::from)
+    }
+
+    /// First byte past the field (0 for [`IntField::ABSENT`]).
+    pub fn end(&self) -> usize {
+        self.offset as usize + self.size as usize
+    }
+
+    /// This field read from records of at least `len` bytes (`len` ≥ its end, checked
+    /// before each read): its load moved back so that it ends by `len`.
+    pub fn within(self, len: usize) -> IntField {
+        if self.mask == 0 || len < 8 || self.offset as usize + 8 <= len {
+            return self;
+        }
+        let base = (len - 8) as u32;
+        IntField {
+            base,
+            shift: (8 * (self.offset - base)) as u8,
+            ..self
+        }
+    }
+
+    /// The field as an integer, sign-extended when signed; 0 when absent. On a record
+    /// shorter than the length it was placed [`within`](Self::within), 0 or a partial
+    /// value, never a panic: callers check the length first.
+    #[inline(always)]
+    pub fn get(&self, raw: &[u8]) -> u64 {
+        let at = self.base as usize;
+        let Some(b) = raw.get(at..at + 8) else {
+            return self.get_short(raw);
+        };
+        let mut w = [0u8; 8];
+        w.copy_from_slice(b);
+        let v = (u64::from_le_bytes(w) >> self.shift) & self.mask;
+        (((v << self.sign_shift) as i64) >> self.sign_shift) as u64
+    }
+
+    /// A record too short for the 8-byte load: byte by byte.
+    #[cold]
+    fn get_short(&self, raw: &[u8]) -> u64 {
+        let at = self.offset as usize;
+        let Some(b) = raw.get(at..at + self.size as usize) else {
+            return 0;
+        };
+        let mut w = [0u8; 8];
+        w[..b.len()].copy_from_slice(b);
+        let v = u64::from_le_bytes(w);
+        (((v << self.sign_shift) as i64) >> self.sign_shift) as u64
+    }
+}
+
+impl From<FieldReader> for IntField {
+    /// Only for a reader bound with [`Want::Int`] (1, 2, 4 or 8 bytes).
+    fn from(f: FieldReader) -> IntField {
+        let (mask, _) = f.int.unwrap_or((0, 0));
+        let size = if mask == 0 { 0 } else { f.size as u8 };
+        IntField {
+            base: f.offset as u32,
+            shift: 0,
+            sign_shift: if f.signed && size > 0 {
+                64 - 8 * size
+            } else {
+                0
+            },
+            mask,
+            offset: f.offset as u32,
+            size,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +385,37 @@ mod tests {
         }
         assert_eq!(b("a", Want::Int).i64(&r[..3]), -1);
         assert_eq!(b("d", Want::Int).i64(&r[..12]), -3);
+    }
+
+    /// The compact reader reads every integer shape as the full one does, at the end
+    /// of a record too, and an absent field reads 0.
+    #[test]
+    fn int_fields_read_as_field_readers_do() {
+        let r = record();
+        for name in ["common_type", "a", "b", "c", "d", "e", "f", "flag"] {
+            let f = b(name, Want::Int);
+            let i = IntField::from(f);
+            assert_eq!(i.get(&r), f.u64(&r), "{name}");
+            assert_eq!(i.end(), f.end(), "{name}");
+            for end in 0..=r.len() {
+                assert_eq!(i.get(&r[..end]), f.u64(&r[..end]), "{name} in {end} bytes");
+                // Placed within a record of exactly its end or more: the same value
+                // with the load inside the record.
+                if end >= f.end() {
+                    let w = i.within(end);
+                    assert_eq!(w.get(&r[..end]), f.u64(&r), "{name} within {end}");
+                    assert_eq!(w.get(&r), f.u64(&r), "{name} within {end}, longer record");
+                    // A record of 8 bytes or more holds the load (a shorter one reads
+                    // byte by byte).
+                    assert!(end < 8 || w.base as usize + 8 <= end, "{name} within {end}");
+                }
+            }
+        }
+        assert_eq!(IntField::ABSENT.get(&r), 0);
+        assert_eq!(IntField::ABSENT.get(&r[..3]), 0);
+        assert_eq!(IntField::ABSENT.within(3).get(&r[..3]), 0);
+        assert_eq!(IntField::ABSENT.end(), 0);
+        assert!(IntField::bind(&fmt(), "t:t", "disk").is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 pub mod field;
 
-pub use field::{FieldReader, Want};
+pub use field::{FieldReader, IntField, Want};
 
 use crate::tracefs::{EventFormat, Tracefs, TracefsError};
 use std::sync::Arc;
@@ -137,8 +137,12 @@ pub type LayoutFn<K> = fn(&EventFormat, &str, &str) -> Result<Box<dyn Layout<K>>
 /// then that type, and its decode inlines into the pipeline's per-sample code with no
 /// dynamic call.
 pub struct Decoder<K, L: ?Sized = dyn Layout<K>> {
-    // Few events per run: a linear scan over a short Vec beats hashing.
-    slots: Vec<(u16, Arc<L>)>,
+    slots: Vec<Arc<L>>,
+    /// By event id (`common_type`): 1 + its slot, 0 for an event not bound. Ids are
+    /// small and dense (a few thousand on a whole kernel), so this is a few KiB and
+    /// finding a sample's layout is one load: a scan of the slots cost a compare per
+    /// event bound before it, on every sample.
+    by_id: Vec<u16>,
     decodes: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -146,6 +150,7 @@ impl<K, L: ?Sized> Clone for Decoder<K, L> {
     fn clone(&self) -> Self {
         Decoder {
             slots: self.slots.clone(),
+            by_id: self.by_id.clone(),
             decodes: std::marker::PhantomData,
         }
     }
@@ -155,6 +160,7 @@ impl<K, L: ?Sized> Default for Decoder<K, L> {
     fn default() -> Self {
         Decoder {
             slots: Vec::new(),
+            by_id: Vec::new(),
             decodes: std::marker::PhantomData,
         }
     }
@@ -257,8 +263,18 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
             expected: "an event id below 65536".into(),
             found: fmt.id.to_string(),
         })?;
-        self.slots.retain(|(i, _)| *i != id);
-        self.slots.push((id, layout));
+        let at = id as usize;
+        if self.by_id.len() <= at {
+            self.by_id.resize(at + 1, 0);
+        }
+        match self.by_id[at] {
+            0 => {
+                self.slots.push(layout);
+                // At most 65,535 events: one slot per id below 65,536.
+                self.by_id[at] = self.slots.len() as u16;
+            }
+            slot => self.slots[slot as usize - 1] = layout,
+        }
         Ok(BoundEvent {
             name: full,
             id: fmt.id,
@@ -300,7 +316,8 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
             [a, b, ..] => u16::from_le_bytes([*a, *b]),
             _ => return Err(Malformed::NoHeader { have: raw.len() }),
         };
-        Ok(self.slots.iter().find(|(i, _)| *i == id).map(|(_, l)| &**l))
+        let slot = self.by_id.get(id as usize).copied().unwrap_or(0) as usize;
+        Ok(self.slots.get(slot.wrapping_sub(1)).map(|l| &**l))
     }
 
     pub fn len(&self) -> usize {
