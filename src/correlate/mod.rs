@@ -10,6 +10,7 @@
 pub mod biojoin;
 pub mod gate;
 pub mod inflight;
+pub mod keyed;
 
 pub use crate::record::{size_class, Counters, IoRecord, Status};
 

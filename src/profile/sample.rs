@@ -130,7 +130,10 @@ pub fn flag_name(ctx: &PlanCtx<'_>, n: u32) -> String {
 }
 
 /// With `--max-rate`, tell the plan its filters test the command id's sample bits.
-pub fn cid_sampler<K: 'static>(ctx: &PlanCtx<'_>, b: &mut crate::profile::PlanBuilder<'_, K>) {
+pub fn cid_sampler<K: 'static, L: crate::decode::Layout<K> + ?Sized + 'static>(
+    ctx: &PlanCtx<'_>,
+    b: &mut crate::profile::PlanBuilder<'_, K, L>,
+) {
     if dynamic(ctx) {
         b.sampler(&["cid"], |n| cid_mask(n).into());
     }

@@ -7,11 +7,17 @@ use super::model::{
 };
 use crate::correlate::inflight::Started;
 
-pub(crate) type HostKey = (u32, u16, u16);
+/// A host command's key: (ctrl_id, qid, cid) in one number.
+#[inline]
+pub(crate) fn host_key(ctrl_id: u32, qid: u16, cid: u16) -> u64 {
+    (ctrl_id as u64) << 32 | (qid as u64) << 16 | cid as u64
+}
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct HostIo {
     pub(crate) first: u64,
+    /// Number of its queue (ctrl_id, qid) in the correlator, for the queue's depth.
+    pub(crate) queue: u32,
     pub(crate) part: HostPart,
     /// dev, sector of the request, for block_rq_complete.
     pub(crate) blk: Option<(u32, u64)>,
@@ -97,9 +103,11 @@ impl HostIo {
         self.after_r2t = false;
     }
 
-    /// Fill in the stages; `end` = block completion when it was seen.
-    pub(crate) fn finish(mut self, end: Option<u64>, expect_block: bool) -> HostPart {
-        let p = &mut self.part;
+    /// Its part with the stages filled in; `end` = block completion when it was seen.
+    /// From `&self`: the I/O is finished where it is held, not moved out first.
+    pub(crate) fn finish(&self, end: Option<u64>, expect_block: bool) -> HostPart {
+        let mut part = self.part;
+        let p = &mut part;
         if self.queue_rq.is_none() {
             p.missing |= M_QUEUE_RQ;
         }
@@ -136,7 +144,7 @@ impl HostIo {
         } else {
             None
         };
-        self.part
+        part
     }
 }
 

@@ -7,24 +7,25 @@
 //! host queued it and whose last reply was sent before the host received it
 //! ([`fits`]): cids are reused, but never while the host still holds the command.
 
-use super::events::{
-    HostEvent, HostKind, NvmeTcpEvent, TargetEvent, TargetKind, TcpEvent, C2H_SUCCESS,
-};
-use super::host::{add, diff, HostIo, HostKey};
+use super::events::{HostEvent, HostKind, NvmeTcpEvent, TargetEvent, TargetKind, C2H_SUCCESS};
+use super::host::{add, diff, host_key, HostIo};
 use super::model::{fits, HostPart, Side, TargetPart, TcpConfig, TcpRecord, M_T_REPLY_SEND};
-use super::target::{TgtIo, TgtKey};
+use super::target::{tgt_key, TgtIo};
 use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started};
+use crate::correlate::keyed::Keyed;
 use crate::correlate::{Correlator, Counters, FxMap, UnmatchedLog};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 
-/// A host request in flight at a (dev, sector), until its block completion.
+/// A host request in flight at a (dev, sector), until its block completion: its key
+/// and the slot its state is in (see [`Keyed::at`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct AtSector {
     t: u64,
-    key: HostKey,
+    key: u64,
+    slot: u32,
 }
 
 impl Started for AtSector {
@@ -34,19 +35,24 @@ impl Started for AtSector {
 }
 
 /// The nvme-tcp correlator; see [`super::model`] for what each stage spans.
+///
+/// Each side's I/Os are held in place under their command's key ([`host_key`],
+/// [`tgt_key`]): an event is one lookup, and an I/O's state is moved only when it
+/// leaves.
 pub struct TcpCorrelator {
     cfg: TcpConfig,
-    pub(super) hosts: Inflight<HostKey, HostIo>,
+    pub(super) hosts: Keyed<HostIo>,
     /// (dev, sector) → host key of the request, from queue_rq to block_rq_complete.
     pub(super) by_sector: Inflight<(u32, u64), AtSector>,
     /// block_bio_queue times not yet claimed by a queue_rq.
     pub(super) bios: BioJoin,
-    pub(super) targets: Inflight<TgtKey, TgtIo>,
+    pub(super) targets: Keyed<TgtIo>,
     /// Target parts whose reply went out, waiting for their host part (joint runs).
-    pub(super) tgt_done: Inflight<TgtKey, TargetPart>,
-    /// Commands in flight per host queue (ctrl_id, qid) and target queue (cntlid, qid).
-    host_depth: FxMap<(u32, u16), u32>,
-    tgt_depth: FxMap<(u16, u16), u32>,
+    pub(super) tgt_done: Keyed<TargetPart>,
+    /// Commands in flight per host queue (ctrl_id, qid) and target queue (cntlid, qid):
+    /// an I/O keeps its queue's number, so that leaving it takes no lookup.
+    queues: FxMap<(bool, u32, u16), u32>,
+    depth: Vec<u32>,
     /// Controllers (cntlid) seen on the host side and on the target side in this run.
     /// A part of the other side is expected only for a controller seen there: with
     /// `--side both` a host of a remote target (or a target of remote hosts) whose
@@ -76,13 +82,13 @@ impl TcpCorrelator {
         let max = cfg.max_in_flight;
         TcpCorrelator {
             cfg,
-            hosts: Inflight::new(max),
+            hosts: Keyed::new(max),
             by_sector: Inflight::new(max),
             bios: BioJoin::new(MAX_BIOS),
-            targets: Inflight::new(max),
-            tgt_done: Inflight::new(max),
-            host_depth: FxMap::default(),
-            tgt_depth: FxMap::default(),
+            targets: Keyed::new(max),
+            tgt_done: Keyed::new(max),
+            queues: FxMap::default(),
+            depth: Vec::new(),
             host_ctrls: Box::new([0; 1024]),
             tgt_ctrls: Box::new([0; 1024]),
             counters: Counters::default(),
@@ -95,27 +101,42 @@ impl TcpCorrelator {
         cid & self.cfg.sample_mask == 0
     }
 
+    /// A command joins queue (`target`, controller, qid): its number, and the depth
+    /// with the command counted.
+    fn enqueue(&mut self, target: bool, ctrl: u32, qid: u16) -> (u32, u32) {
+        let next = self.depth.len() as u32;
+        let q = *self.queues.entry((target, ctrl, qid)).or_insert(next);
+        if q == next {
+            self.depth.push(0);
+        }
+        let d = &mut self.depth[q as usize];
+        *d += 1;
+        (q, *d)
+    }
+
+    /// A command leaves queue number `q`.
+    fn dequeue(&mut self, q: u32) {
+        if let Some(d) = self.depth.get_mut(q as usize) {
+            *d = d.saturating_sub(1);
+        }
+    }
+
     fn on_block(&mut self, t: u64, b: &BlockEvent, out: &mut dyn FnMut(TcpRecord)) {
         match b.kind {
             BlockKind::BioQueue => self.bios.start(t, b.dev, b.sector, StartKind::Bio),
             BlockKind::Complete => {
                 // Several requests at one place (a hot block): the one whose command
-                // completed first is the one the block layer completes.
-                let at = (b.dev, b.sector);
+                // completed first is the one the block layer completes; else the
+                // oldest still held.
                 let hosts = &self.hosts;
-                let done = |a: &AtSector| hosts.first(&a.key).is_some_and(|io| io.done.is_some());
-                let held = |a: &AtSector| hosts.first(&a.key).is_some();
-                let key = match self.by_sector.find_mut(&at, done) {
-                    Some(a) => a.key,
-                    None => match self.by_sector.find_mut(&at, held) {
-                        Some(a) => a.key,
-                        None => return,
-                    },
+                let rank = |a: &AtSector| {
+                    let io = hosts.at(a.slot, a.key)?;
+                    Some(io.done.is_none())
                 };
-                self.by_sector.take_where(&at, |a| a.key == key);
-                if let Some((io, _)) = self.hosts.take(&key) {
-                    self.emit_host(io, Some(t), out);
-                }
+                let Some((a, _)) = self.by_sector.take_least(&(b.dev, b.sector), rank) else {
+                    return;
+                };
+                self.close_host(a.key, Some(t), out);
             }
             _ => {}
         }
@@ -125,26 +146,27 @@ impl TcpCorrelator {
         if (e.qid == 0 && !self.cfg.admin) || !self.sampled(e.cid) {
             return;
         }
-        let key = (e.ctrl_id, e.qid, e.cid);
+        let key = host_key(e.ctrl_id, e.qid, e.cid);
         if e.kind == HostKind::QueueRq {
-            if let Some((old, _)) = self.hosts.take(&key) {
+            if let Some(old) = self.hosts.remove(key) {
                 // The cid came back: the old command is over even if its end was not
                 // seen (lost samples, or its block completion never came).
                 if old.done.is_none() {
                     self.counters.incomplete += 1;
                 }
-                self.emit_host(old, None, out);
+                self.emit_io(old, None, out);
             }
             if !self.gate.admits(e.cid.into(), t) {
                 return;
             }
             mark(&mut self.host_ctrls, e.cntlid);
             let mut io = HostIo::new(t, e);
-            let depth = self.host_depth.entry((e.ctrl_id, e.qid)).or_insert(0);
-            *depth += 1;
-            io.part.qd = Some(*depth);
+            let (queue, depth) = self.enqueue(false, e.ctrl_id, e.qid);
+            io.queue = queue;
+            io.part.qd = Some(depth);
             io.queue_rq = Some(t);
             io.phase_start = Some(t);
+            let mut blk = None;
             if let Some(rq) = &e.rq {
                 io.part.disk = rq.disk;
                 io.part.opcode = Some(rq.opcode);
@@ -153,24 +175,27 @@ impl TcpCorrelator {
                 io.part.bytes = Some(e.len as u64);
                 io.part.slba = matches!(rq.opcode, 0x01 | 0x02).then_some(rq.slba);
                 if rq.dev != 0 {
-                    io.blk = Some((rq.dev, rq.sector));
+                    blk = Some((rq.dev, rq.sector));
+                    io.blk = blk;
                     let claim = self.bios.claim(rq.dev, rq.sector, t);
                     io.blk_start = claim.map(|c| c.t);
                     io.part.candidates = claim.map(|c| c.candidates as u32);
-                    let at = AtSector { t, key };
-                    self.by_sector.push((rq.dev, rq.sector), at, &mut |_, _| {});
                 }
             }
             let mut evicted = Vec::new();
-            self.hosts.insert(key, io, &mut |_, io| evicted.push(io));
+            let (slot, _) = self.hosts.insert(key, io, &mut |_, io| evicted.push(io));
+            if let Some(at) = blk {
+                let a = AtSector { t, key, slot };
+                self.by_sector.push(at, a, &mut |_, _| {});
+            }
             for io in evicted {
                 self.counters.incomplete += 1;
-                self.emit_host(io, None, out);
+                self.emit_io(io, None, out);
             }
             self.counters.in_flight = (self.hosts.len() + self.targets.len()) as u64;
             return;
         }
-        let Some(io) = self.hosts.first_mut(&key) else {
+        let Some(io) = self.hosts.get_mut(key) else {
             if e.kind == HostKind::ProcessNvmeCqe && !self.gate.explains(e.cid.into(), t) {
                 // A completion whose command we never saw start.
                 self.counters.unmatched += 1;
@@ -221,24 +246,47 @@ impl TcpCorrelator {
         if io.done.is_some() {
             let wait_block = self.cfg.block && io.blk.is_some();
             if !wait_block {
-                if let Some((io, _)) = self.hosts.take(&key) {
-                    self.emit_host(io, None, out);
-                }
+                self.close_host(key, None, out);
             }
         }
         self.counters.in_flight = (self.hosts.len() + self.targets.len()) as u64;
     }
 
-    fn emit_host(&mut self, io: HostIo, end: Option<u64>, out: &mut dyn FnMut(TcpRecord)) {
-        if let Some(n) = self.host_depth.get_mut(&(io.part.ctrl_id, io.part.qid)) {
-            *n = n.saturating_sub(1);
+    /// Host I/O `key` is over: finished where it is held, and emitted. `end` is its
+    /// block completion, when that is what ended it (its place's mapping already taken
+    /// then).
+    fn close_host(&mut self, key: u64, end: Option<u64>, out: &mut dyn FnMut(TcpRecord)) {
+        let block = self.cfg.block;
+        let left = self
+            .hosts
+            .remove_with(key, |io| (io.finish(end, block), io.queue, io.blk));
+        if let Some((h, queue, blk)) = left {
+            self.emit_host(h, queue, blk, end, out);
         }
-        if let Some(b) = io.blk {
+    }
+
+    /// [`close_host`](Self::close_host) of an I/O already out of the table.
+    fn emit_io(&mut self, io: HostIo, end: Option<u64>, out: &mut dyn FnMut(TcpRecord)) {
+        let h = io.finish(end, self.cfg.block);
+        self.emit_host(h, io.queue, io.blk, end, out);
+    }
+
+    /// Host part `h` is over: it leaves its queue (number `queue`) and its place
+    /// (`blk`), is joined with its target part, and goes out.
+    fn emit_host(
+        &mut self,
+        h: HostPart,
+        queue: u32,
+        blk: Option<(u32, u64)>,
+        end: Option<u64>,
+        out: &mut dyn FnMut(TcpRecord),
+    ) {
+        self.dequeue(queue);
+        if let (Some(b), None) = (blk, end) {
             // Only its own mapping: a newer request at the same place may own it now.
-            let own = (io.part.ctrl_id, io.part.qid, io.part.cid);
+            let own = host_key(h.ctrl_id, h.qid, h.cid);
             self.by_sector.take_where(&b, |a| a.key == own);
         }
-        let h = io.finish(end, self.cfg.block);
         let cntlid = h.cntlid;
         let target = if self.cfg.side.target() {
             self.take_target(&h)
@@ -256,32 +304,35 @@ impl TcpCorrelator {
 
     /// The target part of host part `h` in a joint recording (same clock).
     fn take_target(&mut self, h: &HostPart) -> Option<TargetPart> {
-        let key = (h.cntlid, h.qid, h.cid);
-        if let Some((t, _)) = self.tgt_done.take_where(&key, |t| fits(h, t, 0)) {
+        let key = tgt_key(h.cntlid, h.qid, h.cid);
+        if let Some(t) = self.tgt_done.remove_if(key, |t| fits(h, t, 0)) {
             return Some(t);
         }
         // Its reply went out but the target record is still open (a read's data was
         // sent, the response capsule event not seen yet): take what it has.
-        let (io, _) = self.targets.take_where(&key, |t| fits(h, &t.part, 0))?;
-        Some(self.finish_target(io))
+        let (part, queue) = self.targets.remove_with_if(
+            key,
+            |t| fits(h, &t.part, 0),
+            |io| (io.finish(), io.queue),
+        )?;
+        self.dequeue(queue);
+        Some(part)
     }
 
     fn on_target(&mut self, t: u64, e: &TargetEvent, out: &mut dyn FnMut(TcpRecord)) {
         if (e.qid == 0 && !self.cfg.admin) || !self.sampled(e.cid) {
             return;
         }
-        let key = (e.cntlid, e.qid, e.cid);
+        let key = tgt_key(e.cntlid, e.qid, e.cid);
         if e.kind == TargetKind::DoneRecvPdu {
-            if let Some((old, _)) = self.targets.take(&key) {
-                self.close_target(key, old, out);
-            }
+            self.close_target(key, out);
             if !self.gate.admits(e.cid.into(), t) {
                 return;
             }
             let mut io = TgtIo::new(t, e);
-            let depth = self.tgt_depth.entry((e.cntlid, e.qid)).or_insert(0);
-            *depth += 1;
-            io.part.qd = Some(*depth);
+            let (queue, depth) = self.enqueue(true, e.cntlid.into(), e.qid);
+            io.queue = queue;
+            io.part.qd = Some(depth);
             let mut evicted = Vec::new();
             self.targets.insert(key, io, &mut |_, io| evicted.push(io));
             for io in evicted {
@@ -292,7 +343,7 @@ impl TcpCorrelator {
             self.counters.in_flight = (self.hosts.len() + self.targets.len()) as u64;
             return;
         }
-        let Some(io) = self.targets.first_mut(&key) else {
+        let Some(io) = self.targets.get_mut(key) else {
             // Resumed sends of a record already closed are expected; a completion
             // without a start is not.
             if e.kind == TargetKind::QueueResponse && !e.r2t && !self.gate.explains(e.cid.into(), t)
@@ -346,29 +397,33 @@ impl TcpCorrelator {
             | TargetKind::TrySendData => {}
         }
         if io.response_sent {
-            if let Some((io, _)) = self.targets.take(&key) {
-                self.close_target(key, io, out);
-            }
+            self.close_target(key, out);
         }
         self.counters.in_flight = (self.hosts.len() + self.targets.len()) as u64;
     }
 
-    /// A target record is over: wait for its host part (joint runs) or emit it.
     /// A target I/O leaves its queue: its stages from its marks.
     fn finish_target(&mut self, io: TgtIo) -> TargetPart {
-        if let Some(n) = self.tgt_depth.get_mut(&(io.part.cntlid, io.part.qid)) {
-            *n = n.saturating_sub(1);
-        }
+        self.dequeue(io.queue);
         io.finish()
     }
 
-    fn close_target(&mut self, key: TgtKey, io: TgtIo, out: &mut dyn FnMut(TcpRecord)) {
-        let part = self.finish_target(io);
+    /// Target I/O `key`, if there is one, is over: finished where it is held.
+    fn close_target(&mut self, key: u64, out: &mut dyn FnMut(TcpRecord)) {
+        let left = self.targets.remove_with(key, |io| (io.finish(), io.queue));
+        if let Some((part, queue)) = left {
+            self.dequeue(queue);
+            self.wait_for_host(key, part, out);
+        }
+    }
+
+    /// A target record is over: wait for its host part (joint runs) or emit it.
+    fn wait_for_host(&mut self, key: u64, part: TargetPart, out: &mut dyn FnMut(TcpRecord)) {
         if self.cfg.side.host() {
             // The host part claims it when the host completes; an older unclaimed one
             // of the same key had no traced host (another machine's I/O): emit it.
             let mut unclaimed = Vec::new();
-            let old = self
+            let (_, old) = self
                 .tgt_done
                 .insert(key, part, &mut |_, p| unclaimed.push(p));
             unclaimed.extend(old);
@@ -401,12 +456,8 @@ impl Correlator for TcpCorrelator {
 
     fn on_event(&mut self, ev: &Event<NvmeTcpEvent>, out: &mut dyn FnMut(TcpRecord)) {
         match &ev.kind {
-            NvmeTcpEvent::Tcp(TcpEvent::Host(e)) if self.cfg.side.host() => {
-                self.on_host(ev.time, e, out)
-            }
-            NvmeTcpEvent::Tcp(TcpEvent::Target(e)) if self.cfg.side.target() => {
-                self.on_target(ev.time, e, out)
-            }
+            NvmeTcpEvent::Host(e) if self.cfg.side.host() => self.on_host(ev.time, e, out),
+            NvmeTcpEvent::Target(e) if self.cfg.side.target() => self.on_target(ev.time, e, out),
             NvmeTcpEvent::Block(b) if self.cfg.side.host() && self.cfg.block => {
                 self.on_block(ev.time, b, out)
             }
@@ -420,7 +471,8 @@ impl Correlator for TcpCorrelator {
         let mut tgts = Vec::new();
         self.targets.drain_all(&mut |k, io| tgts.push((k, io)));
         for (k, io) in tgts {
-            self.close_target(k, io, out);
+            let part = self.finish_target(io);
+            self.wait_for_host(k, part, out);
         }
         let mut hosts = Vec::new();
         self.hosts.drain_all(&mut |_, io| hosts.push(io));
@@ -428,7 +480,7 @@ impl Correlator for TcpCorrelator {
             if io.done.is_none() {
                 self.counters.incomplete += 1;
             }
-            self.emit_host(io, None, out);
+            self.emit_io(io, None, out);
         }
         let mut rest = Vec::new();
         self.tgt_done.drain_all(&mut |_, p| rest.push(p));

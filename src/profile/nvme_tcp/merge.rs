@@ -155,7 +155,7 @@ pub fn merge(rows: Vec<Row>, max_skew_ns: u64) -> (Vec<Row>, MergeStats) {
         });
         if let Some(i) = found {
             claimed[i] = true;
-            h.rec.target = targets[i].rec.target.clone();
+            h.rec.target = targets[i].rec.target;
             st.paired += 1;
         }
         let cntlid = h.rec.host.as_ref().map_or(0, |p| p.cntlid);

@@ -146,7 +146,7 @@ impl Profile for NvmeTcp {
                 ctx.require_all_of(system)?;
             }
         }
-        let mut b = PlanBuilder::new(ctx.tfs);
+        let mut b = PlanBuilder::<events::NvmeTcpEvent, events::TcpSlot>::direct(ctx.tfs);
         b.sample(sample);
         sample::cid_sampler(ctx, &mut b);
         let target_on = side.target() && have("nvmet_tcp");
@@ -182,8 +182,8 @@ impl Profile for NvmeTcp {
                 "block" if block => block_filter.clone(),
                 _ => continue,
             };
-            b.open_boxed(s.req.system, s.req.event, filter, |fmt| {
-                events::layout(fmt, s.req.system, s.req.event)
+            b.open(s.req.system, s.req.event, filter, |fmt| {
+                events::TcpSlot::bind(fmt, s.req.system, s.req.event)
             })?;
         }
         Ok(b.build(TcpCorrelator::new(TcpConfig {

@@ -84,7 +84,7 @@
 //! stock target writes complete host-only rows even if its kernel has nvmet_tcp.
 
 use crate::correlate::inflight::DEFAULT_MAX;
-use crate::profile::shared::nvme_events::{opcode_name, DiskName};
+use crate::profile::shared::nvme_events::{opcode_name, Disk};
 use crate::record::{size_class, Status};
 
 /// Which side(s) of the connection a run traces.
@@ -189,10 +189,10 @@ pub(crate) const MARK_NAMES: [(u16, &str); 14] = [
 
 /// The host's view of one I/O: identity, stage values and the absolute marks merge
 /// needs to pair it with a target record of another recording.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HostPart {
     pub ctrl_id: u32,
-    pub disk: DiskName,
+    pub disk: Disk,
     pub cntlid: u16,
     pub qid: u16,
     pub cid: u16,
@@ -230,7 +230,7 @@ pub struct HostPart {
 }
 
 /// The target's view of one I/O.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TargetPart {
     pub cntlid: u16,
     pub qid: u16,

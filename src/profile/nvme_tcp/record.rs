@@ -3,7 +3,7 @@
 use super::model::{
     HostPart, TargetPart, TcpRecord, HOST_MARKS, MARK_NAMES, M_HOST, M_TARGET, TARGET_MARKS,
 };
-use crate::profile::shared::nvme_events::{opcode_name, DiskName};
+use crate::profile::shared::nvme_events::{opcode_name, Disk};
 use crate::record::{bad, col, opt, Column, Kind, Role, Row, RowError, Value};
 
 /// A host part's number, empty without one.
@@ -215,7 +215,7 @@ impl TcpRecord {
                     .strip_prefix("nvme")
                     .and_then(|n| n.parse().ok())
                     .ok_or_else(|| bad("ctrl", ctrl, "nvmeN"))?,
-                disk: DiskName::new(row.text("disk")?.as_bytes()),
+                disk: Disk::intern(row.text("disk")?.as_bytes()),
                 cntlid,
                 qid,
                 cid,

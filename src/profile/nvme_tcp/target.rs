@@ -6,11 +6,17 @@ use super::host::{add, diff};
 use super::model::{TargetPart, M_T_EXEC, M_T_RECV_TIME, M_T_REPLY_SEND, M_T_RESPONSE};
 use crate::correlate::inflight::Started;
 
-pub(crate) type TgtKey = (u16, u16, u16);
+/// A target command's key: (cntlid, qid, cid) in one number.
+#[inline]
+pub(crate) fn tgt_key(cntlid: u16, qid: u16, cid: u16) -> u64 {
+    (cntlid as u64) << 32 | (qid as u64) << 16 | cid as u64
+}
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TgtIo {
     pub(crate) first: u64,
+    /// Number of its queue (cntlid, qid) in the correlator, for the queue's depth.
+    pub(crate) queue: u32,
     pub(crate) part: TargetPart,
     /// P of the current round (its handler), where the current transport interval starts.
     pub(crate) mark: Option<u64>,
@@ -92,8 +98,12 @@ impl TgtIo {
         self.part.last_send_ns = Some(t);
     }
 
-    pub(crate) fn finish(mut self) -> TargetPart {
-        let p = &mut self.part;
+    /// Its part with the stages filled in (from `&self`, as [`HostIo::finish`]).
+    ///
+    /// [`HostIo::finish`]: super::host::HostIo::finish
+    pub(crate) fn finish(&self) -> TargetPart {
+        let mut part = self.part;
+        let p = &mut part;
         if p.rounds == 0 {
             p.missing |= M_T_REPLY_SEND;
         }
@@ -120,7 +130,7 @@ impl TgtIo {
         if !done {
             p.missing |= M_T_REPLY_SEND;
         }
-        self.part
+        part
     }
 }
 

@@ -2,7 +2,7 @@
 //! the patched 6.1 guest, fed through decode → order → correlate. Bounds, merge and
 //! garbage input are in `tests_bounds.rs`.
 
-use super::events::{layout, NvmeTcpEvent};
+use super::events::{NvmeTcpEvent, TcpSlot};
 use super::join::TcpCorrelator;
 use super::model::{Side, TcpConfig, TcpRecord};
 use super::EVENTS;
@@ -36,7 +36,7 @@ pub(super) const QID: u64 = 1;
 /// Raw records of one scenario, per CPU ring, fed through decode → order → correlate.
 pub(super) struct Rig {
     pub(super) fmts: HashMap<String, EventFormat>,
-    pub(super) decoder: Decoder<NvmeTcpEvent>,
+    pub(super) decoder: Decoder<NvmeTcpEvent, TcpSlot>,
     /// (time, cpu, raw) in the order the rings hold them.
     pub(super) samples: Vec<(u64, u32, Vec<u8>)>,
     pub(super) cpu: u32,
@@ -47,10 +47,14 @@ pub(super) struct Rig {
 
 pub(super) fn rig() -> Rig {
     let tfs = patched_tracefs();
-    let mut decoder = Decoder::new();
+    let mut decoder = Decoder::direct();
     let mut fmts = HashMap::new();
     for r in EVENTS {
-        decoder.add(&tfs, r.system, r.event, layout).unwrap();
+        decoder
+            .bind(&tfs, r.system, r.event, |f| {
+                TcpSlot::bind(f, r.system, r.event)
+            })
+            .unwrap();
         fmts.insert(r.event.to_string(), tfs.event(r.system, r.event).unwrap());
     }
     Rig {

@@ -1,7 +1,7 @@
 //! Tests of the nvme-tcp profile's bounds, of `merge` against the joint rows, and of
 //! garbage input; the scenario rig is in `tests.rs`.
 
-use super::events::{HostEvent, HostKind, NvmeTcpEvent, TargetEvent, TargetKind, TcpEvent};
+use super::events::{HostEvent, HostKind, NvmeTcpEvent, TargetEvent, TargetKind};
 use super::join::TcpCorrelator;
 use super::model::{Side, TcpConfig, TcpRecord};
 use super::tests::{cells, r2t_write, read, rig, DEV};
@@ -170,7 +170,7 @@ fn random_event_streams_do_not_panic() {
         let time = rnd() % 10_000_000;
         let cid = (rnd() % 40) as u16;
         let kind = match r % 3 {
-            0 => NvmeTcpEvent::Tcp(TcpEvent::Host(HostEvent {
+            0 => NvmeTcpEvent::Host(HostEvent {
                 kind: hosts[(r >> 8) as usize % hosts.len()],
                 ctrl_id: (r >> 20) as u32 % 2,
                 cntlid: 1,
@@ -179,24 +179,19 @@ fn random_event_streams_do_not_panic() {
                 tag: cid,
                 recv_time: big,
                 len: 4096,
-                offset: 0,
-                data_offset: 0,
-                data_len: 4096,
                 flags: (r >> 30) as u8,
-                last: true,
                 rq: Some(super::events::QueueRqInfo {
                     slba: big,
                     sector: rnd() % 64,
-                    nsid: 1,
                     dev: if (r >> 40) & 1 == 0 { DEV } else { 0 },
                     opcode: (r >> 33) as u8 % 3,
                     write: r & 1 == 0,
                     inline_data: r & 2 == 0,
-                    disk: crate::profile::shared::nvme_events::DiskName::new(b"nvme0n1"),
+                    disk: crate::profile::shared::nvme_events::Disk::intern(b"nvme0n1"),
                 }),
                 status: 0,
-            })),
-            1 => NvmeTcpEvent::Tcp(TcpEvent::Target(TargetEvent {
+            }),
+            1 => NvmeTcpEvent::Target(TargetEvent {
                 kind: tgts[(r >> 8) as usize % tgts.len()],
                 cntlid: 1,
                 qid: 1 + (r >> 24) as u16 % 2,
@@ -204,12 +199,10 @@ fn random_event_streams_do_not_panic() {
                 opcode: (r >> 33) as u8 % 3,
                 recv_time: big,
                 slba: 0,
-                nsid: 1,
                 len: 4096,
-                data_offset: 0,
                 r2t: r & 4 == 0,
                 status: (r >> 50) as u16 % 2,
-            })),
+            }),
             _ => NvmeTcpEvent::Block(BlockEvent {
                 kind: if r & 8 == 0 {
                     BlockKind::BioQueue

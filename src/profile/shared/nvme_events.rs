@@ -4,6 +4,7 @@
 //! decoded command and completion, opcode names, and the slba/length read from the
 //! command dwords. Pure decoding: no sysfs (the LBA size is the correlator's business).
 
+use crate::correlate::FxMap;
 use crate::decode::{unknown, DecodeError, FieldReader, Layout, Malformed, Mapped, Want};
 use crate::profile::shared::block_events::{BlockEvent, BlockLayout};
 use crate::tracefs::EventFormat;
@@ -58,6 +59,150 @@ impl DiskName {
 impl std::fmt::Debug for DiskName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+/// Distinct disk names a process interns at most; a name past that reads as
+/// [`DiskName::OVERFLOW`]. Hosts have tens of disks, and reconnects bring the same names
+/// back: only garbage input (a corrupt capture) could fill it, and it must not grow
+/// memory without bound.
+pub const MAX_DISKS: usize = 4096;
+
+/// The interned names, each set once and never changed, so that reading one takes no
+/// lock; [`intern_index`] picks the slot of a new name under its lock.
+static DISKS: [std::sync::OnceLock<DiskName>; MAX_DISKS] =
+    [const { std::sync::OnceLock::new() }; MAX_DISKS];
+
+/// Slot of every interned name.
+fn disk_index() -> std::sync::MutexGuard<'static, FxMap<DiskName, u32>> {
+    use std::sync::{Mutex, OnceLock};
+    static INDEX: OnceLock<Mutex<FxMap<DiskName, u32>>> = OnceLock::new();
+    // A poisoned lock only means another thread panicked while inserting: the map is
+    // whole (an insert is its only change), so go on with it.
+    INDEX
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// `name`'s slot in [`DISKS`], interning it; `None` past [`MAX_DISKS`] names.
+fn intern_index(name: &DiskName) -> Option<u32> {
+    let mut index = disk_index();
+    if let Some(&i) = index.get(name) {
+        return Some(i);
+    }
+    let i = index.len();
+    if i >= MAX_DISKS {
+        return None;
+    }
+    // Under the index's lock, so the slot is free.
+    let _ = DISKS[i].set(*name);
+    index.insert(*name, i as u32);
+    Some(i as u32)
+}
+
+fn interned(i: u32) -> &'static DiskName {
+    DISKS
+        .get(i as usize)
+        .and_then(|s| s.get())
+        .unwrap_or(&DiskName::OVERFLOW)
+}
+
+impl DiskName {
+    /// What every name past [`MAX_DISKS`] distinct ones reads as.
+    pub const OVERFLOW: DiskName = DiskName {
+        bytes: {
+            let mut b = [0u8; DISK_LEN];
+            b[0] = b'?';
+            b
+        },
+        len: 1,
+    };
+    pub const EMPTY: DiskName = DiskName {
+        bytes: [0; DISK_LEN],
+        len: 0,
+    };
+}
+
+/// A disk name interned for the life of the process: events and records carry this
+/// pointer (Copy, 8 bytes) instead of the 33 bytes of a [`DiskName`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Disk(&'static DiskName);
+
+impl Disk {
+    /// `raw`'s name, up to its first NUL.
+    pub fn intern(raw: &[u8]) -> Disk {
+        let name = DiskName::new(raw);
+        if name.is_empty() {
+            return Disk::default();
+        }
+        Disk(intern_index(&name).map_or(&DiskName::OVERFLOW, interned))
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        self.0.as_str()
+    }
+
+    pub fn name(&self) -> &'static DiskName {
+        self.0
+    }
+}
+
+impl Default for Disk {
+    fn default() -> Self {
+        Disk(&DiskName::EMPTY)
+    }
+}
+
+impl std::fmt::Debug for Disk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The disk name a layout saw last, interned: a sample names the same disk as the one
+/// before it almost always, and then decoding it takes a compare, not the interner's
+/// lock.
+#[derive(Debug, Default)]
+pub struct DiskCache {
+    /// 1 + the slot of the last name; 0 before any.
+    last: std::sync::atomic::AtomicU32,
+}
+
+impl Clone for DiskCache {
+    fn clone(&self) -> Self {
+        DiskCache::default()
+    }
+}
+
+impl DiskCache {
+    /// `raw`'s name (up to its first NUL), interned.
+    #[inline]
+    pub fn name(&self, raw: &[u8]) -> Disk {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = raw
+            .iter()
+            .position(|&c| c == 0)
+            .unwrap_or(raw.len())
+            .min(DISK_LEN);
+        let raw = &raw[..n];
+        if n == 0 {
+            return Disk::default();
+        }
+        let last = self.last.load(Relaxed);
+        if last > 0 {
+            let name = interned(last - 1);
+            if name.as_bytes() == raw {
+                return Disk(name);
+            }
+        }
+        match intern_index(&DiskName::new(raw)) {
+            Some(i) => {
+                self.last.store(i + 1, Relaxed);
+                Disk(interned(i))
+            }
+            None => Disk(&DiskName::OVERFLOW),
+        }
     }
 }
 
@@ -406,6 +551,32 @@ mod tests {
             cdw10,
             disk: DiskName::new(b"nvme0n1"),
         }
+    }
+
+    /// One name is one interned disk, whether it comes through the interner or a
+    /// layout's cache, with or without its NUL padding; another name is another disk.
+    #[test]
+    fn disk_names_are_interned_once() {
+        let a = Disk::intern(b"nvme7n1\0\0\0");
+        assert_eq!(a.as_str(), "nvme7n1");
+        assert!(std::ptr::eq(a.name(), Disk::intern(b"nvme7n1").name()));
+        let b = Disk::intern(b"nvme7n2");
+        assert!(!std::ptr::eq(a.name(), b.name()));
+        assert_ne!(a, b);
+        let cache = DiskCache::default();
+        for _ in 0..3 {
+            for (raw, want) in [(&b"nvme7n1\0x"[..], a), (b"nvme7n2", b)] {
+                let d = cache.name(raw);
+                assert!(std::ptr::eq(d.name(), want.name()), "{raw:?}");
+            }
+        }
+        assert_eq!(cache.name(b"\0nvme").as_str(), "");
+        assert_eq!(Disk::intern(b"").as_str(), "");
+        assert_eq!(Disk::default().as_str(), "");
+        // A name longer than the kernel's array is cut to it, as `DiskName::new` does.
+        let long = [b'x'; DISK_LEN + 4];
+        assert_eq!(cache.name(&long).as_str().len(), DISK_LEN);
+        assert_eq!(DiskName::OVERFLOW.as_str(), "?");
     }
 
     #[test]
