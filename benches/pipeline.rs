@@ -14,8 +14,8 @@
 //!   host and four target events), as issue 20's "2 M IOPS NVMe/TCP host" sees them;
 //!   laid out by the patched 6.1 guest's formats (default 500,000 I/Os).
 
-use ntprof_perf::correlate::Correlator;
-use ntprof_perf::decode::{Decoder, Layout};
+use ntprof_perf::correlate::{Correlator, Counters};
+use ntprof_perf::decode::{Decoder, Event, Layout};
 use ntprof_perf::pipeline::Pipeline;
 use ntprof_perf::profile::block::correlate::{BlockConfig, BlockCorrelator};
 use ntprof_perf::profile::block::record::BlockRecord;
@@ -42,28 +42,52 @@ fn cpu_secs() -> f64 {
 }
 /// Replays of the same stream; the fastest is reported.
 const REPLAYS: usize = 5;
-/// Samples drained per ring per round, as a live drain of a busy ring would give.
+/// Samples drained per ring per round on average, as a live drain of a busy ring
+/// would give.
 const ROUND: usize = 2048;
 
 /// The replay itself, apart so that a profiler can count it alone
 /// (`valgrind --tool=callgrind --toggle-collect='*drive*'`).
+///
+/// A round is a stretch of time, as a live drain is: it reads every ring up to the
+/// same moment. (Rounds of so many samples per ring let a ring with more events per
+/// second fall behind the others in time, and the others' events piled up in the
+/// sorter for the whole replay: the nvme-tcp mode's rings are uneven, and its sorter
+/// held a growing backlog that no live run has.)
 #[inline(never)]
 fn drive<C: Correlator, L: Layout<C::Event> + ?Sized>(
     pipe: &mut Pipeline<C, L>,
     streams: &[Stream],
     out: &mut dyn FnMut(C::Record),
 ) {
+    let head = |pos: &[usize; CPUS]| {
+        streams
+            .iter()
+            .zip(pos)
+            .filter_map(|(s, &p)| s.index.get(p).map(|(t, _, _)| *t))
+            .min()
+    };
+    let zero = [0usize; CPUS];
+    let (Some(first), Some(last)) = (
+        head(&zero),
+        streams
+            .iter()
+            .filter_map(|s| s.index.last().map(|x| x.0))
+            .max(),
+    ) else {
+        return pipe.finish(&mut *out);
+    };
+    let events: usize = streams.iter().map(|s| s.index.len()).sum();
+    // So long that a round holds ROUND samples per ring on average.
+    let window =
+        ((last - first) as u128 * (ROUND * streams.len()) as u128 / events as u128).max(1) as u64;
     let mut pos = [0usize; CPUS];
-    // A replay's clock: no sample still to be fed is older than the oldest unread head.
-    while let Some(now) = streams
-        .iter()
-        .zip(&pos)
-        .filter_map(|(s, &p)| s.index.get(p).map(|(t, _, _)| *t))
-        .min()
-    {
+    while let Some(oldest) = head(&pos) {
+        // The clock of this round: every sample stamped before it is read now.
+        let now = oldest + window;
         pipe.begin_round(now);
         for (cpu, s) in streams.iter().enumerate() {
-            let end = (pos[cpu] + ROUND).min(s.index.len());
+            let end = pos[cpu] + s.index[pos[cpu]..].partition_point(|x| x.0 < now);
             for &(t, at, len) in &s.index[pos[cpu]..end] {
                 pipe.sample(t, cpu as u32, &s.bytes[at..at + len]);
             }
@@ -170,6 +194,64 @@ fn report(
     secs
 }
 
+/// Where a replay's time goes: the same samples decoded alone, then decoded and
+/// ordered (a correlator that does nothing), fastest of `REPLAYS` each, in ns per
+/// event; the rest of the full replay's time is the correlator's.
+fn split<C: Correlator, L: Layout<C::Event> + ?Sized>(
+    streams: &[Stream],
+    decoder: impl Fn() -> Decoder<C::Event, L>,
+    full_ns: f64,
+) {
+    let events: usize = streams.iter().map(|s| s.index.len()).sum();
+    let fastest = |run: &mut dyn FnMut() -> f64| {
+        (0..REPLAYS).map(|_| run()).fold(f64::MAX, f64::min) * 1e9 / events as f64
+    };
+    let d = decoder();
+    let decode = fastest(&mut || {
+        let cpu0 = cpu_secs();
+        let mut n = 0u64;
+        for (cpu, s) in streams.iter().enumerate() {
+            for &(t, at, len) in &s.index {
+                // Kept whole: with only its time used, the fields' reads would go.
+                if let Ok(Some(ev)) = d.decode(&s.bytes[at..at + len], t, cpu as u32) {
+                    std::hint::black_box(&ev);
+                    n += 1;
+                }
+            }
+        }
+        std::hint::black_box(n);
+        cpu_secs() - cpu0
+    });
+    let order = fastest(&mut || {
+        let mut pipe = Pipeline::new(decoder(), Counting::<C>(0, std::marker::PhantomData));
+        let cpu0 = cpu_secs();
+        drive(&mut pipe, streams, &mut |_| {});
+        let cpu = cpu_secs() - cpu0;
+        assert_eq!(pipe.correlator().0, events as u64);
+        cpu
+    });
+    println!(
+        "  of which decode {decode:.0}, order {:.0}, correlate {:.0} ns/event",
+        order - decode,
+        full_ns - order
+    );
+}
+
+/// A correlator that only counts the events it is given (for [`split`]).
+struct Counting<C>(u64, std::marker::PhantomData<C>);
+
+impl<C: Correlator> Correlator for Counting<C> {
+    type Event = C::Event;
+    type Record = C::Record;
+    fn on_event(&mut self, _: &Event<C::Event>, _: &mut dyn FnMut(C::Record)) {
+        self.0 += 1;
+    }
+    fn finish(&mut self, _: &mut dyn FnMut(C::Record)) {}
+    fn counters(&self) -> Counters {
+        Counters::default()
+    }
+}
+
 fn main() {
     let ios: Option<u64> = std::env::args().skip(1).find_map(|a| a.parse().ok());
     if std::env::args().any(|a| a == "nvme-tcp") {
@@ -217,15 +299,18 @@ fn block(ios: u64, csv: bool) {
     let streams = Stream::rings(per_cpu);
     let events: usize = streams.iter().map(|s| s.index.len()).sum();
 
-    let replay = |out: &mut dyn FnMut(BlockRecord)| {
-        // As the block profile's live plan binds them: one layout type, called directly.
+    // As the block profile's live plan binds them: one layout type, called directly.
+    let decoder = || {
         let mut decoder = Decoder::<BlockEvent, BlockLayout>::direct();
         for e in ["block_rq_insert", "block_rq_issue", "block_rq_complete"] {
             decoder
                 .bind(&tfs, "block", e, |fmt| BlockLayout::for_event(fmt, e))
                 .unwrap();
         }
-        let mut pipe = Pipeline::new(decoder, BlockCorrelator::new(BlockConfig::default()));
+        decoder
+    };
+    let replay = |out: &mut dyn FnMut(BlockRecord)| {
+        let mut pipe = Pipeline::new(decoder(), BlockCorrelator::new(BlockConfig::default()));
         let start = Instant::now();
         let cpu0 = cpu_secs();
         drive(&mut pipe, &streams, out);
@@ -245,6 +330,7 @@ fn block(ios: u64, csv: bool) {
         assert_eq!(records, ios, "every I/O must come out as one record");
         (cpu, wall, late, d2c)
     });
+    split::<BlockCorrelator, _>(&streams, decoder, secs * 1e9 / events as f64);
     if !csv {
         return;
     }
@@ -381,21 +467,23 @@ fn nvme_tcp(ios: u64) {
         }
     }
     let streams = Stream::rings(per_cpu);
-    report(
+    // As the nvme-tcp profile's live plan binds them: one slot type, called directly.
+    let decoder = || {
+        let mut decoder = Decoder::<NvmeTcpEvent, TcpSlot>::direct();
+        for (sys, ev) in events {
+            decoder
+                .bind(&tfs, sys, ev, |f| TcpSlot::bind(f, sys, ev))
+                .unwrap();
+        }
+        decoder
+    };
+    let secs = report(
         "nvme-tcp, decode+order+correlate",
         &tree,
         &streams,
         ios,
         || {
-            // As the nvme-tcp profile's live plan binds them: one slot type, called
-            // directly.
-            let mut decoder = Decoder::<NvmeTcpEvent, TcpSlot>::direct();
-            for (sys, ev) in events {
-                decoder
-                    .bind(&tfs, sys, ev, |f| TcpSlot::bind(f, sys, ev))
-                    .unwrap();
-            }
-            let mut pipe = Pipeline::new(decoder, TcpCorrelator::new(TcpConfig::default()));
+            let mut pipe = Pipeline::new(decoder(), TcpCorrelator::new(TcpConfig::default()));
             let (mut records, mut sum) = (0u64, 0u64);
             let start = Instant::now();
             let cpu0 = cpu_secs();
@@ -414,6 +502,8 @@ fn nvme_tcp(ios: u64) {
             (cpu, wall, h.late, sum)
         },
     );
+    let events: usize = streams.iter().map(|s| s.index.len()).sum();
+    split::<TcpCorrelator, _>(&streams, decoder, secs * 1e9 / events as f64);
 }
 
 /// The sum of every stage of an nvme-tcp record (network time included).
