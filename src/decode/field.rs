@@ -198,6 +198,10 @@ impl FieldReader {
 /// [`IntField::ABSENT`] reads 0, so that a layout can read every slot of its event
 /// type whether or not this event kind carries it, with no branch per field.
 ///
+/// It reads the field's bits zero-extended: a signed field reads right when cast to
+/// its own width or a narrower one (`int ctrl_id` as `i32` or `u32`), which is all a
+/// compact event keeps; [`FieldReader`] sign-extends for callers that widen.
+///
 /// A layout first checks that a record holds all its fields, then places each field
 /// within that length ([`IntField::within`]): every read is then one 8-byte load that
 /// stays inside the record, a shift and a mask, even for a field at the record's end.
@@ -207,13 +211,11 @@ pub struct IntField {
     /// within 8 bytes of the checked length.
     base: u32,
     /// Bits from the load's start to the field's.
-    shift: u8,
-    /// Bits above the field, for a sign extension (0 when unsigned).
-    sign_shift: u8,
+    shift: u32,
     /// The mask of the field's bits; 0 for [`IntField::ABSENT`].
     mask: u64,
     offset: u32,
-    size: u8,
+    size: u32,
 }
 
 impl IntField {
@@ -221,7 +223,6 @@ impl IntField {
     pub const ABSENT: IntField = IntField {
         base: 0,
         shift: 0,
-        sign_shift: 0,
         mask: 0,
         offset: 0,
         size: 0,
@@ -246,14 +247,14 @@ impl IntField {
         let base = (len - 8) as u32;
         IntField {
             base,
-            shift: (8 * (self.offset - base)) as u8,
+            shift: 8 * (self.offset - base),
             ..self
         }
     }
 
-    /// The field as an integer, sign-extended when signed; 0 when absent. On a record
-    /// shorter than the length it was placed [`within`](Self::within), 0 or a partial
-    /// value, never a panic: callers check the length first.
+    /// The field's bits, zero-extended; 0 when absent. On a record shorter than the
+    /// length it was placed [`within`](Self::within), 0 or a partial value, never a
+    /// panic: callers check the length first.
     #[inline(always)]
     pub fn get(&self, raw: &[u8]) -> u64 {
         let at = self.base as usize;
@@ -262,8 +263,7 @@ impl IntField {
         };
         let mut w = [0u8; 8];
         w.copy_from_slice(b);
-        let v = (u64::from_le_bytes(w) >> self.shift) & self.mask;
-        (((v << self.sign_shift) as i64) >> self.sign_shift) as u64
+        (u64::from_le_bytes(w) >> self.shift) & self.mask
     }
 
     /// A record too short for the 8-byte load: byte by byte.
@@ -275,8 +275,7 @@ impl IntField {
         };
         let mut w = [0u8; 8];
         w[..b.len()].copy_from_slice(b);
-        let v = u64::from_le_bytes(w);
-        (((v << self.sign_shift) as i64) >> self.sign_shift) as u64
+        u64::from_le_bytes(w)
     }
 }
 
@@ -284,18 +283,12 @@ impl From<FieldReader> for IntField {
     /// Only for a reader bound with [`Want::Int`] (1, 2, 4 or 8 bytes).
     fn from(f: FieldReader) -> IntField {
         let (mask, _) = f.int.unwrap_or((0, 0));
-        let size = if mask == 0 { 0 } else { f.size as u8 };
         IntField {
             base: f.offset as u32,
             shift: 0,
-            sign_shift: if f.signed && size > 0 {
-                64 - 8 * size
-            } else {
-                0
-            },
             mask,
             offset: f.offset as u32,
-            size,
+            size: if mask == 0 { 0 } else { f.size as u32 },
         }
     }
 }
@@ -388,23 +381,35 @@ mod tests {
     }
 
     /// The compact reader reads every integer shape as the full one does, at the end
-    /// of a record too, and an absent field reads 0.
+    /// of a record too (a signed field's bits, right at its own width), and an absent
+    /// field reads 0.
     #[test]
     fn int_fields_read_as_field_readers_do() {
         let r = record();
-        for name in ["common_type", "a", "b", "c", "d", "e", "f", "flag"] {
+        for (name, bits) in [
+            ("common_type", 16),
+            ("a", 8),
+            ("b", 8),
+            ("c", 16),
+            ("d", 32),
+            ("e", 32),
+            ("f", 64),
+            ("flag", 8),
+        ] {
             let f = b(name, Want::Int);
             let i = IntField::from(f);
-            assert_eq!(i.get(&r), f.u64(&r), "{name}");
+            let own = |v: u64| v & (u64::MAX >> (64 - bits));
+            assert_eq!(i.get(&r), own(f.u64(&r)), "{name}");
             assert_eq!(i.end(), f.end(), "{name}");
             for end in 0..=r.len() {
-                assert_eq!(i.get(&r[..end]), f.u64(&r[..end]), "{name} in {end} bytes");
+                let want = own(f.u64(&r[..end]));
+                assert_eq!(i.get(&r[..end]), want, "{name} in {end} bytes");
                 // Placed within a record of exactly its end or more: the same value
                 // with the load inside the record.
                 if end >= f.end() {
                     let w = i.within(end);
-                    assert_eq!(w.get(&r[..end]), f.u64(&r), "{name} within {end}");
-                    assert_eq!(w.get(&r), f.u64(&r), "{name} within {end}, longer record");
+                    assert_eq!(w.get(&r[..end]), own(f.u64(&r)), "{name} within {end}");
+                    assert_eq!(w.get(&r), own(f.u64(&r)), "{name} within {end}, longer");
                     // A record of 8 bytes or more holds the load (a shorter one reads
                     // byte by byte).
                     assert!(end < 8 || w.base as usize + 8 <= end, "{name} within {end}");
@@ -415,6 +420,9 @@ mod tests {
         assert_eq!(IntField::ABSENT.get(&r[..3]), 0);
         assert_eq!(IntField::ABSENT.within(3).get(&r[..3]), 0);
         assert_eq!(IntField::ABSENT.end(), 0);
+        // Signed, at its own width: `a` is -1, `d` -3.
+        assert_eq!(IntField::from(b("a", Want::Int)).get(&r) as i8, -1);
+        assert_eq!(IntField::from(b("d", Want::Int)).get(&r) as i32, -3);
         assert!(IntField::bind(&fmt(), "t:t", "disk").is_err());
     }
 

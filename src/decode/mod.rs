@@ -292,8 +292,10 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
     }
 
     /// [`decode`](Self::decode), appending `(time, event)` to `out`; `Ok(false)` for an
-    /// event this decoder was not built for.
-    #[inline]
+    /// event this decoder was not built for. Always inlined into the per-sample code:
+    /// left to itself the compiler called it, a call and a dozen saved registers per
+    /// sample.
+    #[inline(always)]
     pub fn decode_into(
         &self,
         raw: &[u8],
