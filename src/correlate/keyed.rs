@@ -103,20 +103,6 @@ impl<V: Started> Keyed<V> {
         self.free_slot(i)
     }
 
-    /// Take the value under `key` out if `pred` accepts it, in one lookup.
-    #[inline]
-    pub fn remove_if(&mut self, key: u64, pred: impl FnOnce(&V) -> bool) -> Option<V> {
-        let Entry::Occupied(e) = self.index.entry(key) else {
-            return None;
-        };
-        let i = *e.get();
-        if !self.slots[i as usize].1.as_ref().is_some_and(pred) {
-            return None;
-        }
-        e.remove();
-        self.free_slot(i)
-    }
-
     /// What `f` makes of the value under `key`, which then leaves: read where it is
     /// held, never moved out (a correlator builds its record from it).
     #[inline]
@@ -152,6 +138,15 @@ impl<V: Started> Keyed<V> {
         let v = self.slots[i as usize].1.take();
         self.free.push(i);
         v
+    }
+
+    /// Visit every entry, to change it in place (in slot order).
+    pub fn for_each_mut(&mut self, mut f: impl FnMut(u64, &mut V)) {
+        for (k, slot) in &mut self.slots {
+            if let Some(v) = slot {
+                f(*k, v);
+            }
+        }
     }
 
     /// Give up every entry, oldest first (end of run).
@@ -226,15 +221,22 @@ mod tests {
         // The same key again replaces, in the same slot.
         assert_eq!(t.insert(7, E(2, 1), &mut none), (s, Some(E(1, 5))));
         assert_eq!(t.len(), 1);
-        assert_eq!(t.remove_if(7, |e| e.1 == 0), None);
-        assert_eq!(t.remove_if(7, |e| e.1 == 1), Some(E(2, 1)));
+        assert_eq!(t.remove_with_if(7, |e| e.1 == 0, |e| *e), None);
+        assert_eq!(t.remove_with_if(7, |e| e.1 == 1, |e| *e), Some(E(2, 1)));
         assert_eq!((t.len(), t.get(7), t.at(s, 7)), (0, None, None));
         // A freed slot is reused, and a number kept for the old key no longer reads.
         let (s2, _) = t.insert(9, E(3, 2), &mut none);
         assert_eq!(s2, s);
         assert_eq!(t.at(s, 7), None);
-        assert_eq!(t.remove(9), Some(E(3, 2)));
+        assert_eq!(t.remove_with(9, |e| e.1), Some(2));
         assert_eq!(t.remove(9), None);
+        let mut seen = Vec::new();
+        t.insert(4, E(5, 6), &mut none);
+        t.for_each_mut(|k, e| {
+            e.1 += 1;
+            seen.push(k);
+        });
+        assert_eq!((seen, t.get(4)), (vec![4], Some(&E(5, 7))));
     }
 
     #[test]

@@ -46,9 +46,11 @@ pub struct TcpCorrelator {
     pub(super) by_sector: Inflight<(u32, u64), AtSector>,
     /// block_bio_queue times not yet claimed by a queue_rq.
     pub(super) bios: BioJoin,
+    /// Target I/Os, open or (joint runs) closed: their reply went out and they wait,
+    /// where they are, for their host part to claim them.
     pub(super) targets: Keyed<TgtIo>,
-    /// Target parts whose reply went out, waiting for their host part (joint runs).
-    pub(super) tgt_done: Keyed<TargetPart>,
+    /// Closed target I/Os in `targets`.
+    tgt_waiting: usize,
     /// Commands in flight per host queue (ctrl_id, qid) and target queue (cntlid, qid):
     /// an I/O keeps its queue's number, so that leaving it takes no lookup.
     queues: FxMap<(bool, u32, u16), u32>,
@@ -86,7 +88,7 @@ impl TcpCorrelator {
             by_sector: Inflight::new(max),
             bios: BioJoin::new(MAX_BIOS),
             targets: Keyed::new(max),
-            tgt_done: Keyed::new(max),
+            tgt_waiting: 0,
             queues: FxMap::default(),
             depth: Vec::new(),
             host_ctrls: Box::new([0; 1024]),
@@ -121,24 +123,34 @@ impl TcpCorrelator {
         }
     }
 
+    /// I/Os in flight: held on either side, less the closed target parts that only
+    /// wait for their host part.
+    fn note_in_flight(&mut self) {
+        self.counters.in_flight =
+            (self.hosts.len() + self.targets.len()).saturating_sub(self.tgt_waiting) as u64;
+    }
+
     fn on_block(&mut self, t: u64, b: &BlockEvent, out: &mut dyn FnMut(TcpRecord)) {
         match b.kind {
             BlockKind::BioQueue => self.bios.start(t, b.dev, b.sector, StartKind::Bio),
-            BlockKind::Complete => {
-                // Several requests at one place (a hot block): the one whose command
-                // completed first is the one the block layer completes; else the
-                // oldest still held.
-                let hosts = &self.hosts;
-                let rank = |a: &AtSector| {
-                    let io = hosts.at(a.slot, a.key)?;
-                    Some(io.done.is_none())
-                };
-                let Some((a, _)) = self.by_sector.take_least(&(b.dev, b.sector), rank) else {
-                    return;
-                };
-                self.close_host(a.key, Some(t), out);
-            }
+            BlockKind::Complete => self.block_complete(t, b, out),
             _ => {}
+        }
+    }
+
+    /// A request's block completion ends its host I/O. Once per I/O, so out of line:
+    /// the per-event path stays small (see [`Correlator::on_event`]).
+    #[inline(never)]
+    fn block_complete(&mut self, t: u64, b: &BlockEvent, out: &mut dyn FnMut(TcpRecord)) {
+        // Several requests at one place (a hot block): the one whose command completed
+        // first is the one the block layer completes; else the oldest still held.
+        let hosts = &self.hosts;
+        let rank = |a: &AtSector| {
+            let io = hosts.at(a.slot, a.key)?;
+            Some(io.done.is_none())
+        };
+        if let Some((a, _)) = self.by_sector.take_least(&(b.dev, b.sector), rank) {
+            self.close_host(a.key, Some(t), out);
         }
     }
 
@@ -148,52 +160,7 @@ impl TcpCorrelator {
         }
         let key = host_key(e.ctrl_id, e.qid, e.cid);
         if e.kind == HostKind::QueueRq {
-            if let Some(old) = self.hosts.remove(key) {
-                // The cid came back: the old command is over even if its end was not
-                // seen (lost samples, or its block completion never came).
-                if old.done.is_none() {
-                    self.counters.incomplete += 1;
-                }
-                self.emit_io(old, None, out);
-            }
-            if !self.gate.admits(e.cid.into(), t) {
-                return;
-            }
-            mark(&mut self.host_ctrls, e.cntlid);
-            let mut io = HostIo::new(t, e);
-            let (queue, depth) = self.enqueue(false, e.ctrl_id, e.qid);
-            io.queue = queue;
-            io.part.qd = Some(depth);
-            io.queue_rq = Some(t);
-            io.phase_start = Some(t);
-            let mut blk = None;
-            if let Some(rq) = &e.rq {
-                io.part.disk = rq.disk;
-                io.part.opcode = Some(rq.opcode);
-                io.part.write = rq.write;
-                io.part.inline_data = rq.inline_data;
-                io.part.bytes = Some(e.len as u64);
-                io.part.slba = matches!(rq.opcode, 0x01 | 0x02).then_some(rq.slba);
-                if rq.dev != 0 {
-                    blk = Some((rq.dev, rq.sector));
-                    io.blk = blk;
-                    let claim = self.bios.claim(rq.dev, rq.sector, t);
-                    io.blk_start = claim.map(|c| c.t);
-                    io.part.candidates = claim.map(|c| c.candidates as u32);
-                }
-            }
-            let mut evicted = Vec::new();
-            let (slot, _) = self.hosts.insert(key, io, &mut |_, io| evicted.push(io));
-            if let Some(at) = blk {
-                let a = AtSector { t, key, slot };
-                self.by_sector.push(at, a, &mut |_, _| {});
-            }
-            for io in evicted {
-                self.counters.incomplete += 1;
-                self.emit_io(io, None, out);
-            }
-            self.counters.in_flight = (self.hosts.len() + self.targets.len()) as u64;
-            return;
+            return self.start_host(t, key, e, out);
         }
         let Some(io) = self.hosts.get_mut(key) else {
             if e.kind == HostKind::ProcessNvmeCqe && !self.gate.explains(e.cid.into(), t) {
@@ -249,12 +216,63 @@ impl TcpCorrelator {
                 self.close_host(key, None, out);
             }
         }
-        self.counters.in_flight = (self.hosts.len() + self.targets.len()) as u64;
+        self.note_in_flight();
+    }
+
+    /// `nvme_tcp_queue_rq`: a host command starts. Once per I/O, out of line.
+    #[inline(never)]
+    fn start_host(&mut self, t: u64, key: u64, e: &HostEvent, out: &mut dyn FnMut(TcpRecord)) {
+        if let Some(old) = self.hosts.remove(key) {
+            // The cid came back: the old command is over even if its end was not
+            // seen (lost samples, or its block completion never came).
+            if old.done.is_none() {
+                self.counters.incomplete += 1;
+            }
+            self.emit_io(old, None, out);
+        }
+        if !self.gate.admits(e.cid.into(), t) {
+            return;
+        }
+        mark(&mut self.host_ctrls, e.cntlid);
+        let mut io = HostIo::new(t, e);
+        let (queue, depth) = self.enqueue(false, e.ctrl_id, e.qid);
+        io.queue = queue;
+        io.part.qd = Some(depth);
+        io.queue_rq = Some(t);
+        io.phase_start = Some(t);
+        let mut blk = None;
+        if let Some(rq) = &e.rq {
+            io.part.disk = rq.disk;
+            io.part.opcode = Some(rq.opcode);
+            io.part.write = rq.write;
+            io.part.inline_data = rq.inline_data;
+            io.part.bytes = Some(e.len as u64);
+            io.part.slba = matches!(rq.opcode, 0x01 | 0x02).then_some(rq.slba);
+            if rq.dev != 0 {
+                blk = Some((rq.dev, rq.sector));
+                io.blk = blk;
+                let claim = self.bios.claim(rq.dev, rq.sector, t);
+                io.blk_start = claim.map(|c| c.t);
+                io.part.candidates = claim.map(|c| c.candidates as u32);
+            }
+        }
+        let mut evicted = Vec::new();
+        let (slot, _) = self.hosts.insert(key, io, &mut |_, io| evicted.push(io));
+        if let Some(at) = blk {
+            let a = AtSector { t, key, slot };
+            self.by_sector.push(at, a, &mut |_, _| {});
+        }
+        for io in evicted {
+            self.counters.incomplete += 1;
+            self.emit_io(io, None, out);
+        }
+        self.note_in_flight();
     }
 
     /// Host I/O `key` is over: finished where it is held, and emitted. `end` is its
     /// block completion, when that is what ended it (its place's mapping already taken
-    /// then).
+    /// then). Once per I/O, out of line.
+    #[inline(never)]
     fn close_host(&mut self, key: u64, end: Option<u64>, out: &mut dyn FnMut(TcpRecord)) {
         let block = self.cfg.block;
         let left = self
@@ -302,20 +320,17 @@ impl TcpCorrelator {
         });
     }
 
-    /// The target part of host part `h` in a joint recording (same clock).
+    /// The target part of host part `h` in a joint recording (same clock): closed, or
+    /// still open (a read's data was sent, the response capsule event not seen yet),
+    /// it is taken with what it has.
     fn take_target(&mut self, h: &HostPart) -> Option<TargetPart> {
         let key = tgt_key(h.cntlid, h.qid, h.cid);
-        if let Some(t) = self.tgt_done.remove_if(key, |t| fits(h, t, 0)) {
-            return Some(t);
-        }
-        // Its reply went out but the target record is still open (a read's data was
-        // sent, the response capsule event not seen yet): take what it has.
-        let (part, queue) = self.targets.remove_with_if(
+        let (part, queue, closed) = self.targets.remove_with_if(
             key,
             |t| fits(h, &t.part, 0),
-            |io| (io.finish(), io.queue),
+            |io| (io.finish(), io.queue, io.closed),
         )?;
-        self.dequeue(queue);
+        self.left_target(queue, closed);
         Some(part)
     }
 
@@ -325,25 +340,9 @@ impl TcpCorrelator {
         }
         let key = tgt_key(e.cntlid, e.qid, e.cid);
         if e.kind == TargetKind::DoneRecvPdu {
-            self.close_target(key, out);
-            if !self.gate.admits(e.cid.into(), t) {
-                return;
-            }
-            let mut io = TgtIo::new(t, e);
-            let (queue, depth) = self.enqueue(true, e.cntlid.into(), e.qid);
-            io.queue = queue;
-            io.part.qd = Some(depth);
-            let mut evicted = Vec::new();
-            self.targets.insert(key, io, &mut |_, io| evicted.push(io));
-            for io in evicted {
-                let p = self.finish_target(io);
-                self.emit_target(p, out);
-            }
-            mark(&mut self.tgt_ctrls, e.cntlid);
-            self.counters.in_flight = (self.hosts.len() + self.targets.len()) as u64;
-            return;
+            return self.start_target(t, key, e, out);
         }
-        let Some(io) = self.targets.get_mut(key) else {
+        let Some(io) = self.targets.get_mut(key).filter(|io| !io.closed) else {
             // Resumed sends of a record already closed are expected; a completion
             // without a start is not.
             if e.kind == TargetKind::QueueResponse && !e.r2t && !self.gate.explains(e.cid.into(), t)
@@ -397,40 +396,65 @@ impl TcpCorrelator {
             | TargetKind::TrySendData => {}
         }
         if io.response_sent {
-            self.close_target(key, out);
-        }
-        self.counters.in_flight = (self.hosts.len() + self.targets.len()) as u64;
-    }
-
-    /// A target I/O leaves its queue: its stages from its marks.
-    fn finish_target(&mut self, io: TgtIo) -> TargetPart {
-        self.dequeue(io.queue);
-        io.finish()
-    }
-
-    /// Target I/O `key`, if there is one, is over: finished where it is held.
-    fn close_target(&mut self, key: u64, out: &mut dyn FnMut(TcpRecord)) {
-        let left = self.targets.remove_with(key, |io| (io.finish(), io.queue));
-        if let Some((part, queue)) = left {
-            self.dequeue(queue);
-            self.wait_for_host(key, part, out);
-        }
-    }
-
-    /// A target record is over: wait for its host part (joint runs) or emit it.
-    fn wait_for_host(&mut self, key: u64, part: TargetPart, out: &mut dyn FnMut(TcpRecord)) {
-        if self.cfg.side.host() {
-            // The host part claims it when the host completes; an older unclaimed one
-            // of the same key had no traced host (another machine's I/O): emit it.
-            let mut unclaimed = Vec::new();
-            let (_, old) = self
-                .tgt_done
-                .insert(key, part, &mut |_, p| unclaimed.push(p));
-            unclaimed.extend(old);
-            for p in unclaimed {
-                self.emit_target(p, out);
+            if self.cfg.side.host() {
+                // Its host part claims it when the host completes (joint runs): it
+                // waits where it is, out of its queue.
+                io.closed = true;
+                let queue = io.queue;
+                self.dequeue(queue);
+                self.tgt_waiting += 1;
+            } else {
+                self.close_target(key, out);
             }
+        }
+        self.note_in_flight();
+    }
+
+    /// `nvmet_tcp_done_recv_pdu`: a command reached the target. Once per I/O, out of
+    /// line.
+    #[inline(never)]
+    fn start_target(&mut self, t: u64, key: u64, e: &TargetEvent, out: &mut dyn FnMut(TcpRecord)) {
+        // The command id came back: the I/O held under it is over. Open, its reply was
+        // never seen sent (lost events); closed, no host part claimed it (another
+        // machine's I/O): either way no host part of this run can any more, as a host
+        // reuses a command id only after its own part of the old one has gone out.
+        self.close_target(key, out);
+        if !self.gate.admits(e.cid.into(), t) {
+            return;
+        }
+        let mut io = TgtIo::new(t, e);
+        let (queue, depth) = self.enqueue(true, e.cntlid.into(), e.qid);
+        io.queue = queue;
+        io.part.qd = Some(depth);
+        let mut evicted = Vec::new();
+        self.targets.insert(key, io, &mut |_, io| evicted.push(io));
+        for io in evicted {
+            self.left_target(io.queue, io.closed);
+            self.emit_target(io.finish(), out);
+        }
+        mark(&mut self.tgt_ctrls, e.cntlid);
+        self.note_in_flight();
+    }
+
+    /// A target I/O left the table: an open one leaves its queue too (a closed one
+    /// left it when it closed).
+    fn left_target(&mut self, queue: u32, closed: bool) {
+        if closed {
+            self.tgt_waiting -= 1;
         } else {
+            self.dequeue(queue);
+        }
+    }
+
+    /// Target I/O `key`, if there is one, is over and goes out alone (no host part
+    /// will claim it). Once per I/O, out of line.
+    #[inline(never)]
+    fn close_target(&mut self, key: u64, out: &mut dyn FnMut(TcpRecord)) {
+        let left = self
+            .targets
+            .remove_with(key, |io| (io.finish(), io.queue, io.closed));
+        if let Some((part, queue, closed)) = left {
+            self.left_target(queue, closed);
             self.emit_target(part, out);
         }
     }
@@ -454,6 +478,9 @@ impl Correlator for TcpCorrelator {
     type Event = NvmeTcpEvent;
     type Record = TcpRecord;
 
+    /// Most events update one I/O in place: one lookup and a few stores. What happens
+    /// once per I/O (a start, an end) is out of line, so that this path saves few
+    /// registers and keeps a small frame.
     fn on_event(&mut self, ev: &Event<NvmeTcpEvent>, out: &mut dyn FnMut(TcpRecord)) {
         match &ev.kind {
             NvmeTcpEvent::Host(e) if self.cfg.side.host() => self.on_host(ev.time, e, out),
@@ -466,13 +493,18 @@ impl Correlator for TcpCorrelator {
     }
 
     fn finish(&mut self, out: &mut dyn FnMut(TcpRecord)) {
-        // Targets first: a host part still waiting for its block completion may
-        // claim its target part.
-        let mut tgts = Vec::new();
-        self.targets.drain_all(&mut |k, io| tgts.push((k, io)));
-        for (k, io) in tgts {
-            let part = self.finish_target(io);
-            self.wait_for_host(k, part, out);
+        // Targets first: every one still open is over, and a host part still waiting
+        // for its block completion may claim it.
+        let mut open = Vec::new();
+        self.targets.for_each_mut(|_, io| {
+            if !io.closed {
+                io.closed = true;
+                open.push(io.queue);
+            }
+        });
+        for queue in open {
+            self.dequeue(queue);
+            self.tgt_waiting += 1;
         }
         let mut hosts = Vec::new();
         self.hosts.drain_all(&mut |_, io| hosts.push(io));
@@ -483,9 +515,10 @@ impl Correlator for TcpCorrelator {
             self.emit_io(io, None, out);
         }
         let mut rest = Vec::new();
-        self.tgt_done.drain_all(&mut |_, p| rest.push(p));
-        for p in rest {
-            self.emit_target(p, out);
+        self.targets.drain_all(&mut |_, io| rest.push(io));
+        for io in rest {
+            self.left_target(io.queue, io.closed);
+            self.emit_target(io.finish(), out);
         }
         self.by_sector.clear();
         self.bios.clear();

@@ -33,6 +33,9 @@ pub(crate) struct TgtIo {
     pub(crate) sub: Option<u64>,
     pub(crate) total: Option<u64>,
     pub(crate) response_sent: bool,
+    /// Its reply went out and it waits for its host part (joint runs): no event of
+    /// the target changes it any more.
+    pub(crate) closed: bool,
 }
 
 impl TgtIo {

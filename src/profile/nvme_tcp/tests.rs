@@ -722,6 +722,73 @@ fn host_only_and_target_only_sides() {
     assert_eq!(tgt.0[0].start_ns(), 10_750);
 }
 
+/// With both sides traced, a target whose host is another machine (a controller no
+/// host event of this run names): each of its I/Os waits for a host part that never
+/// comes, and goes out alone, complete, when its command id comes back or at the end;
+/// it is never counted in flight while it only waits. The local host's I/O still
+/// takes its own target part.
+#[test]
+fn a_remote_hosts_target_parts_go_out_alone() {
+    let mut r = rig();
+    read(&mut r, 1_000, 0x0002, 16);
+    for (b, cid) in [(10_000, 0x0005), (20_000, 0x0005), (30_000, 0x0006)] {
+        let remote = [("cntlid", 9)];
+        let with = |f: &[(&'static str, u64)]| [f, &remote[..]].concat();
+        r.t(
+            b,
+            "done_recv_pdu",
+            cid,
+            2,
+            &with(&[("recv_time", b - 50), ("len", 4096), ("slba", 7)]),
+        )
+        .t(b + 100, "exec_read_req", cid, 2, &with(&[("len", 4096)]))
+        .t(b + 600, "queue_response", cid, 2, &with(&[("len", 4096)]))
+        .t(b + 700, "try_send_data_pdu", cid, 2, &with(&[("len", 24)]))
+        .t(b + 800, "try_send_response", cid, 2, &with(&[("len", 24)]));
+    }
+    let mut pipe = Pipeline::new(r.decoder.clone(), TcpCorrelator::new(TcpConfig::default()));
+    let mut out = Vec::new();
+    let mut samples = r.samples.clone();
+    samples.sort_by_key(|s| s.0);
+    for s in &samples {
+        pipe.begin_round(s.0);
+        pipe.sample(s.0, s.1, &s.2);
+        pipe.end_round(&mut |r| out.push(r));
+        if s.0 == 30_100 {
+            // Released up to 30,000 (a round's lag): the first remote I/O went out
+            // when its cid came back, the second only waits.
+            assert_eq!(out.len(), 2);
+            assert_eq!(pipe.health().counters.in_flight, 0);
+        }
+    }
+    pipe.finish(&mut |r| out.push(r));
+    let rows: Vec<_> = out.iter().map(cells).collect();
+    let sides: Vec<(&str, &str, &str)> = rows
+        .iter()
+        .map(|c| {
+            (
+                c["side"].as_str(),
+                c["cntlid"].as_str(),
+                c["chain"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sides,
+        [
+            ("both", "1", "complete"),
+            ("target", "9", "complete"),
+            ("target", "9", "complete"),
+            ("target", "9", "complete"),
+        ]
+    );
+    // From the command's arrival (b − 50) to the first reply sent (b + 700).
+    assert_eq!(rows[1]["target_total_ns"], "750");
+    assert_eq!(out[1].start_ns(), 9_950);
+    let c = pipe.health().counters;
+    assert_eq!((c.incomplete, c.unmatched, c.in_flight), (0, 0, 0));
+}
+
 #[test]
 fn a_stock_target_still_gives_the_host_stages() {
     let mut r = rig();
