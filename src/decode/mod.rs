@@ -62,8 +62,10 @@ pub trait Layout<K>: Send + Sync {
     /// Decode and append `(time, event)` to `out`, the queue the event waits in. One
     /// dynamic call whose body has the layout's decode inlined, so that the event goes
     /// from registers into its place: returned through the stack instead, every sample
-    /// paid a store-forwarding stall when the caller copied it on.
-    #[inline]
+    /// paid a store-forwarding stall when the caller copied it on. Always inlined where
+    /// the call is static (a decoder of one layout type): the per-sample code then
+    /// makes no call at all.
+    #[inline(always)]
     fn decode_into(
         &self,
         raw: &[u8],
