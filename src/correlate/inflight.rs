@@ -248,12 +248,8 @@ impl<K: Hash + Eq + Copy, V: Started> Inflight<K, V> {
 
     /// Give up every entry, oldest first (end of run).
     pub fn drain_all(&mut self, out: &mut dyn FnMut(K, V)) {
-        let mut all = self.take_all();
-        all.sort_by_key(|(_, v)| v.started());
-        self.given_up += all.len() as u64;
-        for (k, v) in all {
-            out(k, v);
-        }
+        let all = self.take_all();
+        give_up(all, &mut self.given_up, out);
     }
 
     /// Forget everything without counting (helper tables at the end of a run).
@@ -286,9 +282,7 @@ impl<K: Hash + Eq + Copy, V: Started> Inflight<K, V> {
                 Slot::Many(q) => starts.extend(q.iter().map(Started::started)),
             }
         }
-        let idx = starts.len() / 4;
-        let (_, cut, _) = starts.select_nth_unstable(idx);
-        let cut = *cut;
+        let cut = quarter_cut(starts);
         let mut all = self.take_all();
         let mut old: Vec<(K, V)> = Vec::new();
         for (k, v) in all.drain(..) {
@@ -312,25 +306,46 @@ impl<K: Hash + Eq + Copy, V: Started> Inflight<K, V> {
                 }
             }
         }
-        old.sort_by_key(|(_, v)| v.started());
-        self.given_up += old.len() as u64;
-        for (k, v) in old {
-            evicted(k, v);
-        }
+        give_up(old, &mut self.given_up, evicted);
+    }
+}
+
+/// The start time at or below which the oldest quarter of `starts` lies (ties at the
+/// cut included): what a full table gives up.
+pub(super) fn quarter_cut(mut starts: Vec<u64>) -> u64 {
+    let idx = starts.len() / 4;
+    let (_, cut, _) = starts.select_nth_unstable(idx);
+    *cut
+}
+
+/// Hand entries taken out of a table to `evicted`, oldest first, counting them.
+pub(super) fn give_up<K, V: Started>(
+    mut old: Vec<(K, V)>,
+    given_up: &mut u64,
+    evicted: &mut dyn FnMut(K, V),
+) {
+    old.sort_by_key(|(_, v)| v.started());
+    *given_up += old.len() as u64;
+    for (k, v) in old {
+        evicted(k, v);
+    }
+}
+
+/// An entry for the tables' tests: its start time and a tag.
+#[cfg(test)]
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub(super) struct E(pub u64, pub u32);
+
+#[cfg(test)]
+impl Started for E {
+    fn started(&self) -> u64 {
+        self.0
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[derive(Debug, PartialEq, Eq, Clone, Copy)]
-    struct E(u64, u32);
-    impl Started for E {
-        fn started(&self) -> u64 {
-            self.0
-        }
-    }
 
     #[test]
     fn entries_of_one_key_queue_in_order_and_report_the_choice() {

@@ -12,7 +12,7 @@
 //! when a new key would pass that, the oldest quarter (by start time) is given up at
 //! once, oldest first.
 
-use super::inflight::Started;
+use super::inflight::{give_up, quarter_cut, Started};
 use super::FxMap;
 use std::collections::hash_map::Entry;
 
@@ -151,12 +151,8 @@ impl<V: Started> Keyed<V> {
 
     /// Give up every entry, oldest first (end of run).
     pub fn drain_all(&mut self, out: &mut dyn FnMut(u64, V)) {
-        let mut all = self.take_where(|_| true);
-        all.sort_by_key(|(_, v)| v.started());
-        self.given_up += all.len() as u64;
-        for (k, v) in all {
-            out(k, v);
-        }
+        let all = self.take_where(|_| true);
+        give_up(all, &mut self.given_up, out);
     }
 
     /// Take out every entry `pred` accepts, in slot order.
@@ -179,34 +175,21 @@ impl<V: Started> Keyed<V> {
         if self.index.len() < self.max {
             return;
         }
-        let mut starts: Vec<u64> = self
+        let starts = self
             .slots
             .iter()
             .filter_map(|(_, v)| v.as_ref().map(Started::started))
             .collect();
-        let idx = starts.len() / 4;
-        let (_, cut, _) = starts.select_nth_unstable(idx);
-        let cut = *cut;
-        let mut old = self.take_where(|v| v.started() <= cut);
-        old.sort_by_key(|(_, v)| v.started());
-        self.given_up += old.len() as u64;
-        for (k, v) in old {
-            evicted(k, v);
-        }
+        let cut = quarter_cut(starts);
+        let old = self.take_where(|v| v.started() <= cut);
+        give_up(old, &mut self.given_up, evicted);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::inflight::E;
     use super::*;
-
-    #[derive(Debug, PartialEq, Eq, Clone, Copy)]
-    struct E(u64, u32);
-    impl Started for E {
-        fn started(&self) -> u64 {
-            self.0
-        }
-    }
 
     #[test]
     fn a_key_holds_one_value_updated_in_place() {

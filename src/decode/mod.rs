@@ -47,6 +47,26 @@ pub enum Malformed {
     NoHeader { have: usize },
 }
 
+impl Malformed {
+    /// A record shorter than `need` bytes, the end of a layout's last field, is
+    /// truncated; `event` names it (asked only then).
+    #[inline(always)]
+    pub fn check_len(
+        raw: &[u8],
+        need: usize,
+        event: impl FnOnce() -> &'static str,
+    ) -> Result<(), Malformed> {
+        if raw.len() < need {
+            return Err(Malformed::Truncated {
+                event: event(),
+                need,
+                have: raw.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// A decoded event of kind `K` with the sample's time (ns on the recording clock) and CPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Event<K> {

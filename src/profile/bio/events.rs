@@ -93,13 +93,7 @@ impl BioLayout {
 
     #[inline]
     pub fn decode(&self, raw: &[u8]) -> Result<BioEvent, Malformed> {
-        if raw.len() < self.need {
-            return Err(Malformed::Truncated {
-                event: self.kind.event_name(),
-                need: self.need,
-                have: raw.len(),
-            });
-        }
+        Malformed::check_len(raw, self.need, || self.kind.event_name())?;
         let (old_dev, old_sector) = self.old.map_or((0, 0), |(d, s)| (d.u32(raw), s.u64(raw)));
         Ok(BioEvent {
             kind: self.kind,

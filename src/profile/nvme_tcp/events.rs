@@ -308,13 +308,7 @@ impl HostLayout {
 
     #[inline(always)]
     pub fn decode(&self, raw: &[u8]) -> Result<HostEvent, Malformed> {
-        if raw.len() < self.need {
-            return Err(Malformed::Truncated {
-                event: self.kind.event_name(),
-                need: self.need,
-                have: raw.len(),
-            });
-        }
+        Malformed::check_len(raw, self.need, || self.kind.event_name())?;
         // By index, not `ints.map(..)`: the map copied the whole array first.
         let v = |i: usize| self.ints[i].get(raw);
         Ok(HostEvent {
@@ -369,13 +363,7 @@ impl TargetLayout {
 
     #[inline(always)]
     pub fn decode(&self, raw: &[u8]) -> Result<TargetEvent, Malformed> {
-        if raw.len() < self.need {
-            return Err(Malformed::Truncated {
-                event: self.kind.event_name(),
-                need: self.need,
-                have: raw.len(),
-            });
-        }
+        Malformed::check_len(raw, self.need, || self.kind.event_name())?;
         let v = |i: usize| self.ints[i].get(raw);
         Ok(TargetEvent {
             kind: self.kind,

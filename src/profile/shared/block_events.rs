@@ -171,13 +171,7 @@ impl BlockLayout {
 
     #[inline(always)]
     pub fn decode(&self, raw: &[u8]) -> Result<BlockEvent, Malformed> {
-        if raw.len() < self.need {
-            return Err(Malformed::Truncated {
-                event: self.kind.event_name(),
-                need: self.need,
-                have: raw.len(),
-            });
-        }
+        Malformed::check_len(raw, self.need, || self.kind.event_name())?;
         let nr_sector = self.nr_sector.u32(raw);
         Ok(BlockEvent {
             kind: self.kind,

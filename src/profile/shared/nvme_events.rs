@@ -399,13 +399,7 @@ impl CmdLayout {
 
     #[inline]
     pub fn decode(&self, raw: &[u8]) -> Result<NvmeCmd, Malformed> {
-        if raw.len() < self.need {
-            return Err(Malformed::Truncated {
-                event: self.event,
-                need: self.need,
-                have: raw.len(),
-            });
-        }
+        Malformed::check_len(raw, self.need, || self.event)?;
         let mut cdw10 = [0u8; CDW_LEN];
         // `bind` checked the array holds at least CDW_LEN bytes and `need` that the
         // record holds the array, so this copies exactly CDW_LEN bytes.
@@ -480,13 +474,7 @@ impl DoneLayout {
 
     #[inline]
     pub fn decode(&self, raw: &[u8]) -> Result<NvmeDone, Malformed> {
-        if raw.len() < self.need {
-            return Err(Malformed::Truncated {
-                event: self.event,
-                need: self.need,
-                have: raw.len(),
-            });
-        }
+        Malformed::check_len(raw, self.need, || self.event)?;
         Ok(NvmeDone {
             ctrl_id: self.ctrl_id.u32(raw),
             qid: self.qid.u32(raw),
