@@ -169,6 +169,8 @@ pub struct DiskCache {
     last: std::sync::atomic::AtomicU32,
 }
 
+/// A clone starts with nothing remembered: the cache is only a shortcut to the
+/// interner, and an atomic cannot be derived `Clone`.
 impl Clone for DiskCache {
     fn clone(&self) -> Self {
         DiskCache::default()
