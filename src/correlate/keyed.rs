@@ -109,8 +109,7 @@ impl<V: Started> Keyed<V> {
     pub fn remove_with<R>(&mut self, key: u64, f: impl FnOnce(&V) -> R) -> Option<R> {
         let i = self.index.remove(&key)?;
         let r = self.slots[i as usize].1.as_ref().map(f);
-        self.slots[i as usize].1 = None;
-        self.free.push(i);
+        self.vacate(i);
         r
     }
 
@@ -129,8 +128,7 @@ impl<V: Started> Keyed<V> {
         let v = self.slots[i as usize].1.as_ref().filter(|v| pred(v))?;
         let r = f(v);
         e.remove();
-        self.slots[i as usize].1 = None;
-        self.free.push(i);
+        self.vacate(i);
         Some(r)
     }
 
@@ -138,6 +136,12 @@ impl<V: Started> Keyed<V> {
         let v = self.slots[i as usize].1.take();
         self.free.push(i);
         v
+    }
+
+    /// Free slot `i`, its value dropped where it is (not moved out first).
+    fn vacate(&mut self, i: u32) {
+        self.slots[i as usize].1 = None;
+        self.free.push(i);
     }
 
     /// Visit every entry, to change it in place (in slot order).
