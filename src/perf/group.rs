@@ -103,6 +103,20 @@ pub struct RecordKinds {
     pub other: u64,
 }
 
+/// The sample clock (`clockid`) now, in ns.
+fn sample_clock(clockid: i32) -> Result<u64, PerfError> {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::from_raw(clockid)).map_err(|e| {
+        PerfError::Clock {
+            clockid,
+            source: e.into(),
+        }
+    })?;
+    // CLOCK_MONOTONIC and friends are never negative; clamp rather than wrap if one were.
+    let secs = u64::try_from(ts.tv_sec()).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec()).unwrap_or(0);
+    Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+}
+
 /// The events of one CPU, feeding one ring.
 #[derive(Debug)]
 struct CpuRing {
@@ -123,16 +137,23 @@ struct CpuRing {
     frozen: Vec<Option<[u64; 2]>>,
 }
 
-/// The kernel's counts of one ring's events at one moment, and the samples received
-/// that were stamped no later than that moment.
+/// The kernel's counts of one ring's events, and the samples received that were
+/// stamped no later than the clock readings around them. Per distinct tracepoint.
 #[derive(Debug, Clone)]
 struct Snap {
-    /// Sample clock, read right after the counts.
-    at: u64,
-    counted: Vec<u64>,
+    counts: Vec<Count>,
     /// `PERF_FORMAT_LOST` counts (`None` where the kernel has none).
     lost: Option<Vec<u64>>,
-    received: Vec<u64>,
+    /// Samples stamped no later than `read_by`, and no later than `at`.
+    received: Vec<[u64; 2]>,
+}
+
+/// One tracepoint's count on one CPU, between two readings of the sample clock.
+#[derive(Debug, Clone, Copy, Default)]
+struct Count {
+    at: u64,
+    counted: u64,
+    read_by: u64,
 }
 
 /// One event on one CPU: what the kernel counted against what arrived.
@@ -147,19 +168,37 @@ pub struct Tally {
     pub cpu: u32,
     /// Index into [`PerfGroup::type_names`].
     pub event: usize,
-    /// Sample clock when `counted` was read.
+    /// Sample clock read just before `counted`.
     pub at: u64,
+    /// Sample clock read just after `counted`.
+    pub read_by: u64,
     pub counted: u64,
-    /// Samples received stamped no later than `at`.
+    /// Samples received stamped no later than `read_by`.
     pub received: u64,
+    /// Samples received stamped no later than `at`.
+    pub received_at: u64,
     /// Samples the ring had no room for (`PERF_FORMAT_LOST`); `None` before Linux 6.0.
     pub lost: Option<u64>,
 }
 
+/// The kernel bumps an event's count before it stamps the sample, and the count is read
+/// between two clock readings: a sample stamped by `at` was counted, a sample stamped
+/// after `read_by` was not (but for an interrupt or a vCPU stall between its count and
+/// its stamp: see `ledger`), and one stamped in between may have been either. So
+/// [`missing`](Tally::missing) is at most what went missing among the samples counted,
+/// [`missing_at_most`](Tally::missing_at_most) at least: the two agree when no sample
+/// was stamped while the count was read.
 impl Tally {
-    /// Samples counted that did not arrive, lost or dropped.
+    /// Samples counted that did not arrive, lost or dropped: those stamped during the
+    /// read taken as counted (they may hide as many that went missing).
     pub fn missing(&self) -> u64 {
         self.counted.saturating_sub(self.received)
+    }
+
+    /// As [`missing`](Tally::missing), those stamped during the read taken as not
+    /// counted: never less than what went missing by the read.
+    pub fn missing_at_most(&self) -> u64 {
+        self.counted.saturating_sub(self.received_at)
     }
 }
 
@@ -346,21 +385,19 @@ impl PerfGroup {
         self.lost_format
     }
 
-    /// Reads every event's own count, ring by ring, each ring's followed by a reading of
-    /// the sample clock. From then on the drains count the samples stamped no later than
-    /// that reading, until [`settle`](PerfGroup::settle) compares the two. Replaces a
-    /// snapshot not yet settled.
+    /// Reads every event's own count, ring by ring, each between two readings of the
+    /// sample clock. From then on the drains count the samples stamped no later than
+    /// each reading, until [`settle`](PerfGroup::settle) compares them (see [`Tally`]).
+    /// Replaces a snapshot not yet settled.
     pub fn snapshot(&mut self) -> Result<(), PerfError> {
         for r in 0..self.rings.len() {
-            let (counted, lost) = self.read_counts(r)?;
-            let at = self.clock_now()?;
+            let (counts, lost) = self.read_counts(r)?;
             let ring = &mut self.rings[r];
             ring.snap = Some(Snap {
-                at,
-                counted,
+                counts,
                 lost,
-                // Everything received so far was stamped before `at`.
-                received: ring.received.clone(),
+                // Everything received so far was stamped before the counts were read.
+                received: ring.received.iter().map(|&n| [n, n]).collect(),
             });
         }
         Ok(())
@@ -374,13 +411,17 @@ impl PerfGroup {
         let mut out = Vec::new();
         for r in &mut self.rings {
             let s = r.snap.take()?;
-            for (event, (&counted, &received)) in s.counted.iter().zip(&s.received).enumerate() {
+            for (event, (c, &[received, received_at])) in
+                s.counts.iter().zip(&s.received).enumerate()
+            {
                 out.push(Tally {
                     cpu: r.cpu,
                     event,
-                    at: s.at,
-                    counted,
+                    at: c.at,
+                    read_by: c.read_by,
+                    counted: c.counted,
                     received,
+                    received_at,
                     lost: s.lost.as_ref().map(|l| l[event]),
                 });
             }
@@ -388,16 +429,29 @@ impl PerfGroup {
         Some(out)
     }
 
-    /// Every event's count per distinct tracepoint of ring `r`, and its lost count.
-    fn read_counts(&mut self, r: usize) -> Result<(Vec<u64>, Option<Vec<u64>>), PerfError> {
-        let mut counted = vec![0u64; self.types.len()];
+    /// Every event's count per distinct tracepoint of ring `r`, between two readings of
+    /// the sample clock (each `read(2)` is bracketed: the window is one syscall), and
+    /// its lost count.
+    fn read_counts(&mut self, r: usize) -> Result<(Vec<Count>, Option<Vec<u64>>), PerfError> {
+        let clockid = self.clockid;
+        let first = sample_clock(clockid)?;
+        let mut counted = vec![
+            Count {
+                at: first,
+                counted: 0,
+                read_by: first,
+            };
+            self.types.len()
+        ];
+        let mut bracketed = vec![false; self.types.len()];
         let mut lost = self.lost_format.then(|| vec![0u64; self.types.len()]);
         let ring = &mut self.rings[r];
         for (index, fd) in ring.fds.iter().enumerate() {
             let t = self.type_of[index];
             let off = !self.enabled || !self.active.get(index).copied().unwrap_or(true);
             if let Some([c, l]) = ring.frozen[index].filter(|_| off) {
-                counted[t] = counted[t].saturating_add(c);
+                // Off: it counts nothing more, whenever it is read.
+                counted[t].counted = counted[t].counted.saturating_add(c);
                 if let Some(v) = lost.as_mut() {
                     v[t] = v[t].saturating_add(l);
                 }
@@ -405,6 +459,7 @@ impl PerfGroup {
             }
             let mut buf = [0u8; 16];
             let want = if self.lost_format { 16 } else { 8 };
+            let at = sample_clock(clockid)?;
             let n = sys::read_counter(fd.as_fd(), &mut buf[..want]).map_err(|source| {
                 PerfError::Ioctl {
                     op: "read of the event count",
@@ -413,6 +468,13 @@ impl PerfGroup {
                     source,
                 }
             })?;
+            let read_by = sample_clock(clockid)?;
+            let c = &mut counted[t];
+            if !bracketed[t] {
+                bracketed[t] = true;
+                c.at = at;
+            }
+            c.read_by = read_by;
             if n < want {
                 return Err(PerfError::ShortCount {
                     event: self.names[index].clone(),
@@ -424,7 +486,7 @@ impl PerfGroup {
             let word =
                 |i: usize| u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
             let (c, l) = (word(0), if self.lost_format { word(1) } else { 0 });
-            counted[t] = counted[t].saturating_add(c);
+            counted[t].counted = counted[t].counted.saturating_add(c);
             if let Some(v) = lost.as_mut() {
                 v[t] = v[t].saturating_add(l);
             }
@@ -449,17 +511,7 @@ impl PerfGroup {
     /// Now, in ns on the clock the samples are stamped with, so it can be compared with
     /// sample times (the sorter's release bound is such a reading).
     pub fn clock_now(&self) -> Result<u64, PerfError> {
-        let ts =
-            nix::time::clock_gettime(nix::time::ClockId::from_raw(self.clockid)).map_err(|e| {
-                PerfError::Clock {
-                    clockid: self.clockid,
-                    source: e.into(),
-                }
-            })?;
-        // CLOCK_MONOTONIC and friends are never negative; clamp rather than wrap if one were.
-        let secs = u64::try_from(ts.tv_sec()).unwrap_or(0);
-        let nanos = u64::try_from(ts.tv_nsec()).unwrap_or(0);
-        Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+        sample_clock(self.clockid)
     }
 
     /// Turn event `index` (as given to [`PerfGroup::open`]) on or off on every CPU.
@@ -616,8 +668,10 @@ impl PerfGroup {
                             if let Some(t) = types.iter().position(|&x| x == ty) {
                                 received[t] += 1;
                                 if let Some(sn) = snap.as_deref_mut() {
-                                    if s.time <= sn.at {
-                                        sn.received[t] += 1;
+                                    let c = sn.counts[t];
+                                    if s.time <= c.read_by {
+                                        sn.received[t][0] += 1;
+                                        sn.received[t][1] += u64::from(s.time <= c.at);
                                     }
                                 }
                             }

@@ -3,19 +3,37 @@
 //! are missing, per event and CPU, and since when. It must not read rings or decode.
 //!
 //! # Why a confirmation
-//! A tally made while tracing runs compares a count read at `at` with the samples
-//! stamped no later than `at`. A sample the kernel counted just before the read but
-//! stamped just after it (an interrupt between the two, a vCPU stall) looks missing
-//! for that one tally. Samples truly missing never come back, so the true number
-//! missing up to `at` of tally k is at most both estimate k and estimate k+1: only
-//! `min(k, k+1)` is reported, dated `at` of tally k. At the end of a run, after the
-//! events are disabled and the rings drained, the counts are final and the estimate
-//! exact.
+//! A tally made while tracing runs compares a count, read between the clock readings
+//! `at` and `read_by`, with the samples stamped by then. Samples stamped during the
+//! read blur it (see [`Tally`]): [`Tally::missing`] may fall short of what went
+//! missing by as many, [`Tally::missing_at_most`] may exceed it. A sample counted just
+//! before the read but stamped after it (an interrupt between the two, a vCPU stall)
+//! also looks missing for that one tally. Samples truly missing never come back, so
+//! what is reported is `min(k, k+1)` of the short estimates of tallies k and k+1,
+//! dated from the last clean moment to `read_by` of tally k: never a sample that
+//! arrived.
+//!
+//! # Clean up to when
+//! The live loop holds events back until every sample missing before them has been
+//! reported: a correlator told of a drop after it saw what followed puts that I/O's
+//! events together wrong (a block device's queue depth a dozen too deep on a hundred
+//! rows, when a short estimate hid a drop for a tally). So a (CPU, event) is clean up
+//! to a tally's `at` only when that tally's long estimate is no more than what was
+//! reported: then nothing missing by then is unreported. While the reads keep
+//! catching samples in flight, it stays unclean for at most [`DOUBT_NS`] of sample
+//! time, then is taken as clean up to the previous tally.
+//!
+//! At the end of a run, after the events are disabled and the rings drained, the
+//! counts are final and the estimates exact.
 
 use super::Tally;
 
-/// Samples of one event that did not arrive, all stamped after `after` (when the
-/// counts last showed none newly missing) and no later than `before`.
+/// How long a (CPU, event) can stay unclean while the count reads keep catching samples
+/// in flight, in sample-clock ns: events are held back that long at most.
+pub const DOUBT_NS: u64 = 50_000_000;
+
+/// Samples of one event that did not arrive, all after `after` (when the counts last
+/// showed none unreported) and counted no later than `before`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Missing {
     /// Index into `PerfGroup::type_names`.
@@ -38,10 +56,18 @@ impl Missing {
     }
 }
 
+/// One tally's short estimate of the samples missing, and its clock readings.
+#[derive(Debug, Clone, Copy)]
+struct Estimate {
+    missing: u64,
+    at: u64,
+    read_by: u64,
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Cell {
-    /// The previous estimate and when it was made.
-    prev: Option<(u64, u64)>,
+    /// The previous tally's.
+    prev: Option<Estimate>,
     /// Missing samples reported so far.
     reported: u64,
     /// The latest time up to which nothing more than `reported` went missing.
@@ -70,29 +96,22 @@ impl Ledger {
     }
 
     /// Takes the tallies of one settled snapshot; returns what newly went missing, and
-    /// the time up to which every CPU's missing samples are now known (`None` before a
-    /// second tally confirms the first). `exact`: the events are disabled and every
-    /// sample written has been drained.
+    /// the time up to which every CPU's missing samples are now reported (see "Clean
+    /// up to when"). `exact`: the events are disabled and every sample written has been
+    /// drained.
     pub fn update(&mut self, tallies: &[Tally], exact: bool) -> (Vec<Missing>, Option<u64>) {
         let mut out = Vec::new();
-        // The earliest over every CPU and event; unknown while any is unconfirmed.
+        // The earliest over every CPU and event.
         let mut known = (!tallies.is_empty()).then_some(u64::MAX);
         for t in tallies {
             let c = self.cells.entry((t.cpu, t.event)).or_default();
             let now = t.missing();
             c.lost = t.lost;
             let (confirmed, before) = match (exact, c.prev) {
-                (true, _) => (now, t.at),
-                (false, Some((prev, at))) => (prev.min(now), at),
-                (false, None) => (0, t.at),
+                (true, _) => (now, t.read_by),
+                (false, Some(p)) => (p.missing.min(now), p.read_by),
+                (false, None) => (0, t.read_by),
             };
-            let upto = if exact {
-                Some(t.at)
-            } else {
-                c.prev.map(|(_, at)| at)
-            };
-            known = known.zip(upto).map(|(k, u)| k.min(u));
-            c.prev = Some((now, t.at));
             if confirmed > c.reported {
                 out.push(Missing {
                     event: t.event,
@@ -103,9 +122,17 @@ impl Ledger {
                 });
                 c.reported = confirmed;
             }
-            if upto.is_some() {
-                c.clean = before;
+            if exact || t.missing_at_most() <= c.reported {
+                c.clean = c.clean.max(t.at);
+            } else if let Some(p) = c.prev.filter(|p| p.at > c.clean.saturating_add(DOUBT_NS)) {
+                c.clean = p.at;
             }
+            c.prev = Some(Estimate {
+                missing: now,
+                at: t.at,
+                read_by: t.read_by,
+            });
+            known = known.map(|k| k.min(c.clean));
         }
         (out, known)
     }
@@ -145,26 +172,40 @@ mod tests {
             cpu,
             event: 1,
             at,
+            read_by: at + 1,
             counted,
             received,
+            received_at: received,
             lost: Some(0),
+        }
+    }
+
+    /// A tally whose read caught `blurred` samples stamped while the count was read
+    /// (counted or not, `received` has them, `received_at` not).
+    fn blurred(at: u64, counted: u64, received: u64, blurred: u64) -> Tally {
+        Tally {
+            received_at: received - blurred,
+            ..tally(0, at, counted, received)
         }
     }
 
     #[test]
     fn a_transient_shortfall_is_not_reported_and_a_real_one_is_once() {
         let mut l = Ledger::new();
-        // First tally: nothing to confirm against yet.
-        assert_eq!(l.update(&[tally(0, 10, 100, 99)], false), (vec![], None));
+        // First tally: nothing to confirm against yet, and one sample unaccounted.
+        assert_eq!(l.update(&[tally(0, 10, 100, 99)], false), (vec![], Some(0)));
         // The sample counted before the read arrived stamped after it: 0 missing now.
         assert_eq!(
             l.update(&[tally(0, 20, 200, 200)], false),
-            (vec![], Some(10))
+            (vec![], Some(20))
         );
-        // Two samples vanish and stay missing.
-        assert!(l.update(&[tally(0, 30, 300, 298)], false).0.is_empty());
+        // Two samples vanish and stay missing: held from the first tally that shows them.
+        assert_eq!(
+            l.update(&[tally(0, 30, 300, 298)], false),
+            (vec![], Some(20))
+        );
         let (m, known) = l.update(&[tally(0, 40, 400, 398)], false);
-        assert_eq!(known, Some(30));
+        assert_eq!(known, Some(40));
         assert_eq!(
             m,
             vec![Missing {
@@ -172,7 +213,7 @@ mod tests {
                 cpu: 0,
                 n: 2,
                 after: 20,
-                before: 30
+                before: 31
             }]
         );
         // Reported once, not again.
@@ -183,6 +224,79 @@ mod tests {
         assert_eq!(known, Some(60));
         assert_eq!(m[0].n, 1);
         assert_eq!(l.missing(), 3);
+    }
+
+    /// The flake this ordering fixes: a sample counted after the read but stamped during
+    /// it made the short estimate hide a drop, and the events after the drop went out
+    /// before the correlator heard of it. The drop must be dated from before that tally,
+    /// and nothing after it released until it is reported.
+    #[test]
+    fn a_drop_hidden_by_a_sample_stamped_during_the_read_holds_the_events_after_it() {
+        let mut l = Ledger::new();
+        assert_eq!(
+            l.update(&[tally(0, 10, 100, 100)], false),
+            (vec![], Some(10))
+        );
+        // One dropped (counted, never arrives); one counted after the read, stamped in it.
+        assert_eq!(
+            l.update(&[blurred(20, 200, 200, 1)], false),
+            (vec![], Some(10))
+        );
+        assert_eq!(
+            l.update(&[tally(0, 30, 300, 299)], false),
+            (vec![], Some(10))
+        );
+        let (m, known) = l.update(&[tally(0, 40, 400, 399)], false);
+        assert_eq!(
+            m,
+            vec![Missing {
+                event: 1,
+                cpu: 0,
+                n: 1,
+                after: 10,
+                before: 31
+            }]
+        );
+        assert_eq!(known, Some(40));
+    }
+
+    /// A sample stamped during the read that the count had: never reported missing,
+    /// and the events are held only until a tally is clear of it.
+    #[test]
+    fn a_sample_stamped_during_the_read_is_no_drop() {
+        let mut l = Ledger::new();
+        l.update(&[tally(0, 10, 100, 100)], false);
+        assert_eq!(
+            l.update(&[blurred(20, 201, 201, 1)], false),
+            (vec![], Some(10))
+        );
+        assert_eq!(
+            l.update(&[tally(0, 30, 300, 300)], false),
+            (vec![], Some(30))
+        );
+        assert_eq!(l.missing(), 0);
+    }
+
+    /// Reads that catch a sample in flight every time (a fast event) hold the events
+    /// back no longer than DOUBT_NS, and never make a drop of it.
+    #[test]
+    fn a_count_blurred_at_every_read_holds_events_back_for_a_bounded_time() {
+        let mut l = Ledger::new();
+        l.update(&[tally(0, 10, 100, 100)], false);
+        let step = DOUBT_NS / 4;
+        let mut known = Some(10);
+        for k in 1..=6u64 {
+            let at = 10 + k * step;
+            let (m, now) = l.update(&[blurred(at, 100 * k + 101, 100 * k + 101, 1)], false);
+            assert!(m.is_empty());
+            known = now;
+            if k <= 5 {
+                assert_eq!(known, Some(10), "tally {k}");
+            }
+        }
+        // Past DOUBT_NS: clean up to the tally before.
+        assert_eq!(known, Some(10 + 5 * step));
+        assert_eq!(l.missing(), 0);
     }
 
     #[test]
