@@ -70,6 +70,8 @@ struct Cell {
     prev: Option<Estimate>,
     /// Missing samples reported so far.
     reported: u64,
+    /// The first tally's `at`: a cell never clean has been in doubt since then.
+    first: u64,
     /// The latest time up to which nothing more than `reported` went missing.
     clean: u64,
     /// The latest `PERF_FORMAT_LOST` count.
@@ -105,6 +107,9 @@ impl Ledger {
         let mut known = (!tallies.is_empty()).then_some(u64::MAX);
         for t in tallies {
             let c = self.cells.entry((t.cpu, t.event)).or_default();
+            if c.prev.is_none() {
+                c.first = t.at;
+            }
             let now = t.missing();
             c.lost = t.lost;
             let (confirmed, before) = match (exact, c.prev) {
@@ -124,7 +129,10 @@ impl Ledger {
             }
             if exact || t.missing_at_most() <= c.reported {
                 c.clean = c.clean.max(t.at);
-            } else if let Some(p) = c.prev.filter(|p| p.at > c.clean.saturating_add(DOUBT_NS)) {
+            } else if let Some(p) = c
+                .prev
+                .filter(|p| p.at > c.clean.max(c.first).saturating_add(DOUBT_NS))
+            {
                 c.clean = p.at;
             }
             c.prev = Some(Estimate {
@@ -297,6 +305,13 @@ mod tests {
         // Past DOUBT_NS: clean up to the tally before.
         assert_eq!(known, Some(10 + 5 * step));
         assert_eq!(l.missing(), 0);
+        // From the first tally on, never clean yet: in doubt since that tally, not
+        // since the clock's zero.
+        let mut l = Ledger::new();
+        let at = 5_000_000_000;
+        l.update(&[blurred(at, 101, 101, 1)], false);
+        let (_, known) = l.update(&[blurred(at + step, 202, 202, 1)], false);
+        assert_eq!(known, Some(0));
     }
 
     #[test]
