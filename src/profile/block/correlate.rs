@@ -222,11 +222,7 @@ impl BlockCorrelator {
     /// still finds it ([`cleared`](Self::cleared)).
     fn presumed_lost(&self, dev: u32, p: &Pending, t: u64) -> bool {
         let Some(issue) = p.issue else { return false };
-        let longest = self
-            .devs
-            .iter()
-            .find(|d| d.dev == dev)
-            .map_or(0, |d| d.certain_d2c);
+        let longest = self.certain_d2c(dev);
         longest > 0 && t.saturating_sub(issue) > 2 * longest + 1_000_000
     }
 
@@ -272,13 +268,17 @@ impl BlockCorrelator {
         if self.missing.complete == 0 || issue > self.missing.horizon {
             return false;
         }
-        let longest = self
-            .devs
-            .iter()
-            .find(|d| d.dev == dev)
-            .map_or(0, |d| d.certain_d2c);
+        let longest = self.certain_d2c(dev);
         let margin = if margin { longest / 2 } else { 0 };
         t.saturating_sub(issue) > longest + margin + 50_000
+    }
+
+    /// The largest d2c of a pairing with one candidate on `dev` (0 before one).
+    fn certain_d2c(&self, dev: u32) -> u64 {
+        self.devs
+            .iter()
+            .find(|d| d.dev == dev)
+            .map_or(0, |d| d.certain_d2c)
     }
 
     fn dev_seen(&mut self, dev: u32) -> &mut DevSeen {
@@ -988,6 +988,21 @@ mod tests {
         assert_eq!(c.cut, 1);
     }
 
+    /// Five I/Os in the first ms, one at a time, each completed 100 µs after its issue:
+    /// the device's largest certain d2c.
+    fn pairings_of_100us() -> Vec<Ev> {
+        use BlockKind::*;
+        (0..5u64)
+            .flat_map(|i| {
+                let sector = 1000 + i * 8;
+                [
+                    ev(i * 200_000, Issue, sector, 8, Op::Read),
+                    ev(i * 200_000 + 100_000, Complete, sector, 8, Op::Read),
+                ]
+            })
+            .collect()
+    }
+
     /// Two requests at one sector and a completion missing: when the second's
     /// completion comes, the first has been in flight longer than any certain pairing
     /// on the device took (not yet by half again, as a request alone must be). It is the
@@ -996,16 +1011,7 @@ mod tests {
     #[test]
     fn of_two_requests_at_a_sector_the_one_past_every_certain_pairing_lost_the_completion() {
         use BlockKind::*;
-        // Every certain pairing takes 100 µs.
-        let mut evs: Vec<Ev> = (0..5u64)
-            .flat_map(|i| {
-                let sector = 1000 + i * 8;
-                [
-                    ev(i * 200_000, Issue, sector, 8, Op::Read),
-                    ev(i * 200_000 + 100_000, Complete, sector, 8, Op::Read),
-                ]
-            })
-            .collect();
+        let mut evs = pairings_of_100us();
         evs.push(ev(1_000_000, Issue, 8, 8, Op::Read));
         evs.push(ev(1_010_000, Issue, 8, 8, Op::Read));
         // 180 µs after the first's issue: past 100 µs (+50 µs), short of 150 (+50).
@@ -1024,15 +1030,7 @@ mod tests {
     /// completes 50 µs later, before the counts say a completion went missing.
     fn stale_request_at_ys_sector() -> Vec<Ev> {
         use BlockKind::*;
-        let mut evs: Vec<Ev> = (0..5u64)
-            .flat_map(|i| {
-                let sector = 1000 + i * 8;
-                [
-                    ev(i * 200_000, Issue, sector, 8, Op::Read),
-                    ev(i * 200_000 + 100_000, Complete, sector, 8, Op::Read),
-                ]
-            })
-            .collect();
+        let mut evs = pairings_of_100us();
         evs.push(ev(1_000_000, Issue, 8, 8, Op::Read));
         evs.push(ev(300_000_000, Issue, 8, 8, Op::Read));
         evs.push(ev(300_050_000, Complete, 8, 8, Op::Read));
