@@ -157,6 +157,18 @@ struct DevSeen {
     scheduled: bool,
 }
 
+/// How far past the largest certain d2c `l` of its device a request in flight has
+/// surely lost a completion reported missing: by half again, plus 50 µs.
+const SURELY: fn(u64) -> u64 = |l| l + l / 2 + 50_000;
+/// ... with another request at its sector to take the completion: past it (plus 50 µs).
+const PAST: fn(u64) -> u64 = |l| l + 50_000;
+/// ... with none reported missing yet: twice it plus 1 ms, and never before the device
+/// has a certain pairing.
+const PRESUMED: fn(u64) -> u64 = |l| match l {
+    0 => u64::MAX,
+    l => 2 * l + 1_000_000,
+};
+
 /// Between scans for requests that lost their completion, in event time.
 const SCAN_EVERY_NS: u64 = 1_000_000;
 
@@ -208,6 +220,11 @@ impl BlockCorrelator {
     /// device (queue depth) and waits among the suspects.
     fn suspect(&mut self, key: Key, p: Pending, t: u64) {
         self.missing.complete -= 1;
+        self.set_aside(key, p, t);
+    }
+
+    /// `p` leaves the device (queue depth) and waits among the suspects.
+    fn set_aside(&mut self, key: Key, p: Pending, t: u64) {
         self.left_device(key.0, &p);
         self.suspects.push((key, p, t));
     }
@@ -221,9 +238,7 @@ impl BlockCorrelator {
     /// completion is reported, it is this one's; were `p` only slow, its completion
     /// still finds it ([`cleared`](Self::cleared)).
     fn presumed_lost(&self, dev: u32, p: &Pending, t: u64) -> bool {
-        let Some(issue) = p.issue else { return false };
-        let longest = self.certain_d2c(dev);
-        longest > 0 && t.saturating_sub(issue) > 2 * longest + 1_000_000
+        self.in_flight_past(dev, p, t, PRESUMED)
     }
 
     /// A suspect at `key` whose completion came after all: it was only slow, and the
@@ -254,23 +269,22 @@ impl BlockCorrelator {
         }
     }
 
-    /// Whether issued request `p` of `dev`, at event time `t`, has surely lost its
-    /// completion: a completion went missing after its issue and it has been in flight
-    /// longer than any certain pairing on the device took, by half again.
-    fn lost_completion(&self, dev: u32, p: &Pending, t: u64) -> bool {
-        self.lost_completion_past(dev, p, t, true)
+    /// Whether issued request `p` of `dev`, at event time `t`, has lost its completion:
+    /// a completion went missing after its issue and it has been in flight longer than
+    /// `limit` of the largest certain pairing on the device ([`SURELY`] or [`PAST`]).
+    fn lost_completion(&self, dev: u32, p: &Pending, t: u64, limit: fn(u64) -> u64) -> bool {
+        p.issue.is_some_and(|i| {
+            self.missing.complete > 0
+                && i <= self.missing.horizon
+                && self.in_flight_past(dev, p, t, limit)
+        })
     }
 
-    /// [`lost_completion`](Self::lost_completion) with the half again (`margin`) or
-    /// without it.
-    fn lost_completion_past(&self, dev: u32, p: &Pending, t: u64, margin: bool) -> bool {
-        let Some(issue) = p.issue else { return false };
-        if self.missing.complete == 0 || issue > self.missing.horizon {
-            return false;
-        }
-        let longest = self.certain_d2c(dev);
-        let margin = if margin { longest / 2 } else { 0 };
-        t.saturating_sub(issue) > longest + margin + 50_000
+    /// Whether issued request `p` of `dev` has been in flight at `t` longer than
+    /// `limit` of the largest d2c of a pairing with one candidate on the device.
+    fn in_flight_past(&self, dev: u32, p: &Pending, t: u64, limit: fn(u64) -> u64) -> bool {
+        p.issue
+            .is_some_and(|i| t.saturating_sub(i) > limit(self.certain_d2c(dev)))
     }
 
     /// The largest d2c of a pairing with one candidate on `dev` (0 before one).
@@ -319,7 +333,7 @@ impl BlockCorrelator {
         self.missing.next_scan = t + SCAN_EVERY_NS;
         let mut lost: Vec<(u32, u64, u64)> = Vec::new();
         self.pending.for_each(|k, p| {
-            if self.lost_completion(k.0, p, t) {
+            if self.lost_completion(k.0, p, t, SURELY) {
                 lost.push((k.0, k.1, p.issue.unwrap_or(0)));
             }
         });
@@ -518,8 +532,7 @@ impl BlockCorrelator {
                     taken.filter(|&(p, held)| held > 1 && self.presumed_lost(e.dev, &p, t))
                 {
                     self.missing.presumed += 1;
-                    self.left_device(e.dev, &p);
-                    self.suspects.push((key, p, t));
+                    self.set_aside(key, p, t);
                     taken = self.pending.take_least(&key, first);
                 }
                 let taken = match taken {
@@ -617,7 +630,10 @@ impl BlockCorrelator {
                 .pending
                 .find_mut(&key, |p| p.issue == Some(i))
                 .map(|p| *p)
-                .filter(|p| self.lost_completion_past(key.0, p, t, issued < 2));
+                .filter(|p| {
+                    let limit = if issued < 2 { SURELY } else { PAST };
+                    self.lost_completion(key.0, p, t, limit)
+                });
             let Some(p) = lost else { break };
             self.pending.take_where(&key, |q| q.issue == p.issue);
             self.suspect(key, p, t);
