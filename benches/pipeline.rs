@@ -12,10 +12,14 @@
 //! - `nvme-tcp`: 4k reads traced on both sides of a loopback NVMe/TCP connection, the
 //!   13 events per I/O of the nvme-tcp profile (block bio queue and completion, seven
 //!   host and four target events), as issue 20's "2 M IOPS NVMe/TCP host" sees them;
-//!   laid out by the patched 6.1 guest's formats (default 500,000 I/Os).
+//!   laid out by the patched 6.1 guest's formats (default 500,000 I/Os). Then the same
+//!   replay on two threads, as per-CPU decode threads would run it: one decodes each
+//!   round into a batch per ring, the other (the consumer) orders and correlates; each
+//!   thread's CPU per event, and the wall clock.
 
 use ntprof_perf::correlate::{Correlator, Counters};
 use ntprof_perf::decode::{Decoder, Event, Layout};
+use ntprof_perf::order::Sorter;
 use ntprof_perf::pipeline::Pipeline;
 use ntprof_perf::profile::block::correlate::{BlockConfig, BlockCorrelator};
 use ntprof_perf::profile::block::record::BlockRecord;
@@ -67,27 +71,14 @@ fn drive<C: Correlator, L: Layout<C::Event> + ?Sized>(
             .filter_map(|(s, &p)| s.index.get(p).map(|(t, _, _)| *t))
             .min()
     };
-    let zero = [0usize; CPUS];
-    let (Some(first), Some(last)) = (
-        head(&zero),
-        streams
-            .iter()
-            .filter_map(|s| s.index.last().map(|x| x.0))
-            .max(),
-    ) else {
-        return pipe.finish(&mut *out);
-    };
-    let events: usize = streams.iter().map(|s| s.index.len()).sum();
-    // So long that a round holds ROUND samples per ring on average.
-    let window =
-        ((last - first) as u128 * (ROUND * streams.len()) as u128 / events as u128).max(1) as u64;
+    let window = round_window(streams);
     let mut pos = [0usize; CPUS];
     while let Some(oldest) = head(&pos) {
         // The clock of this round: every sample stamped before it is read now.
         let now = oldest + window;
         pipe.begin_round(now);
         for (cpu, s) in streams.iter().enumerate() {
-            let end = pos[cpu] + s.index[pos[cpu]..].partition_point(|x| x.0 < now);
+            let end = pos[cpu] + before(&s.index[pos[cpu]..], now);
             for &(t, at, len) in &s.index[pos[cpu]..end] {
                 pipe.sample(t, cpu as u32, &s.bytes[at..at + len]);
             }
@@ -96,6 +87,41 @@ fn drive<C: Correlator, L: Layout<C::Event> + ?Sized>(
         pipe.end_round(&mut *out);
     }
     pipe.finish(&mut *out);
+}
+
+/// A round's stretch of time: so long that a round holds `ROUND` samples per ring on
+/// average.
+fn round_window(streams: &[Stream]) -> u64 {
+    let events: usize = streams.iter().map(|s| s.index.len()).sum();
+    let first = streams
+        .iter()
+        .filter_map(|s| s.index.first().map(|x| x.0))
+        .min();
+    let last = streams
+        .iter()
+        .filter_map(|s| s.index.last().map(|x| x.0))
+        .max();
+    match (first, last) {
+        (Some(first), Some(last)) if events > 0 => {
+            ((last - first) as u128 * (ROUND * streams.len()) as u128 / events as u128).max(1)
+                as u64
+        }
+        _ => 1,
+    }
+}
+
+/// How many of `index`'s first samples are stamped before `now`: a galloping search
+/// from the start, as the answer is about a round's samples in. (A binary search over
+/// the whole rest of the stream took ≈ 20 cache misses per ring per round, a cost
+/// of the harness that no live drain has.)
+fn before(index: &[(u64, usize, usize)], now: u64) -> usize {
+    let mut hi = 1;
+    while hi < index.len() && index[hi - 1].0 < now {
+        hi *= 2;
+    }
+    let lo = hi / 2;
+    let hi = hi.min(index.len());
+    lo + index[lo..hi].partition_point(|x| x.0 < now)
 }
 
 /// One CPU's samples in time order, their payloads back to back in one buffer as a
@@ -148,7 +174,7 @@ fn report(
     streams: &[Stream],
     ios: u64,
     mut replay: impl FnMut() -> (f64, f64, u64, u64),
-) -> f64 {
+) -> (f64, u64) {
     let events: usize = streams.iter().map(|s| s.index.len()).sum();
     let bytes: usize = streams.iter().map(|s| s.bytes.len()).sum();
     // Several replays, the fastest reported: on a shared VM the slower ones measure
@@ -167,7 +193,7 @@ fn report(
         .iter()
         .map(|r| format!("{:.0}", r.0 * 1e9 / events as f64))
         .collect();
-    let (secs, wall, late, _) = runs[0];
+    let (secs, wall, late, sum) = runs[0];
     println!("format files: {}", tree.display());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
@@ -191,7 +217,7 @@ fn report(
         secs * 1e9 / events as f64,
         ios as f64 / secs / 1e6,
     );
-    secs
+    (secs, sum)
 }
 
 /// Where a replay's time goes: the same samples decoded alone, then decoded and
@@ -209,23 +235,13 @@ fn split<C: Correlator, L: Layout<C::Event> + ?Sized>(
     let d = decoder();
     let decode = fastest(&mut || {
         let cpu0 = cpu_secs();
-        let mut n = 0u64;
-        for (cpu, s) in streams.iter().enumerate() {
-            for &(t, at, len) in &s.index {
-                // Kept whole: with only its time used, the fields' reads would go.
-                if let Ok(Some(ev)) = d.decode(&s.bytes[at..at + len], t, cpu as u32) {
-                    std::hint::black_box(&ev);
-                    n += 1;
-                }
-            }
-        }
-        std::hint::black_box(n);
+        std::hint::black_box(decode_all(&d, streams));
         cpu_secs() - cpu0
     });
     let order = fastest(&mut || {
         let mut pipe = Pipeline::new(decoder(), Counting::<C>(0, std::marker::PhantomData));
         let cpu0 = cpu_secs();
-        drive(&mut pipe, streams, &mut |_| {});
+        order_only(&mut pipe, streams);
         let cpu = cpu_secs() - cpu0;
         assert_eq!(pipe.correlator().0, events as u64);
         cpu
@@ -235,6 +251,33 @@ fn split<C: Correlator, L: Layout<C::Event> + ?Sized>(
         order - decode,
         full_ns - order
     );
+}
+
+/// Every sample decoded and dropped, apart so that a profiler can count it alone
+/// (`--toggle-collect='*decode_all*'`).
+#[inline(never)]
+fn decode_all<T, L: Layout<T> + ?Sized>(d: &Decoder<T, L>, streams: &[Stream]) -> u64 {
+    let mut n = 0u64;
+    for (cpu, s) in streams.iter().enumerate() {
+        for &(t, at, len) in &s.index {
+            // Kept whole: with only its time used, the fields' reads would go.
+            if let Ok(Some(ev)) = d.decode(&s.bytes[at..at + len], t, cpu as u32) {
+                std::hint::black_box(&ev);
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// The replay through a correlator that only counts, apart so that a profiler can
+/// count it alone (`--toggle-collect='*order_only*'`).
+#[inline(never)]
+fn order_only<C: Correlator, L: Layout<C::Event> + ?Sized>(
+    pipe: &mut Pipeline<Counting<C>, L>,
+    streams: &[Stream],
+) {
+    drive(pipe, streams, &mut |_| {});
 }
 
 /// A correlator that only counts the events it is given (for [`split`]).
@@ -321,7 +364,7 @@ fn block(ios: u64, csv: bool) {
         (cpu, wall, h.late)
     };
     // Each replay's records and their d2c must be the same.
-    let secs = report("decode+order+correlate", &tree, &streams, ios, || {
+    let (secs, _) = report("decode+order+correlate", &tree, &streams, ios, || {
         let (mut records, mut d2c) = (0u64, 0u64);
         let (cpu, wall, late) = replay(&mut |r| {
             records += 1;
@@ -477,7 +520,7 @@ fn nvme_tcp(ios: u64) {
         }
         decoder
     };
-    let secs = report(
+    let (secs, checksum) = report(
         "nvme-tcp, decode+order+correlate",
         &tree,
         &streams,
@@ -504,6 +547,117 @@ fn nvme_tcp(ios: u64) {
     );
     let events: usize = streams.iter().map(|s| s.index.len()).sum();
     split::<TcpCorrelator, _>(&streams, decoder, secs * 1e9 / events as f64);
+    let d = decoder();
+    let runs: Vec<_> = (0..REPLAYS)
+        .map(|_| {
+            let (mut records, mut sum) = (0u64, 0u64);
+            let corr = TcpCorrelator::new(TcpConfig::default());
+            let t = two_threads(&streams, &d, corr, &mut |r| {
+                records += 1;
+                assert_eq!(r.status(), Status::Ok, "{r:?}");
+                sum += stage_sum(&r);
+            });
+            assert_eq!(
+                (records, sum),
+                (ios, checksum),
+                "the two-thread replay differs"
+            );
+            t
+        })
+        .collect();
+    let best = |f: fn(&Threads) -> f64| runs.iter().map(f).fold(f64::MAX, f64::min);
+    let per = |s: f64| s * 1e9 / events as f64;
+    println!(
+        "  two threads, decode apart: the consumer (order + correlate) {:.0} ns/event of its CPU, \
+         the decoder {:.0}, wall {:.0} ({:.2} M events/s)",
+        per(best(|t| t.consumer)),
+        per(best(|t| t.decoder)),
+        per(best(|t| t.wall)),
+        events as f64 / best(|t| t.wall) / 1e6,
+    );
+}
+
+/// Seconds a two-thread replay took: each thread's CPU, and the wall clock.
+struct Threads {
+    consumer: f64,
+    decoder: f64,
+    wall: f64,
+}
+
+/// The replay split over two threads, as per-CPU decode threads would run it: one
+/// decodes each round's samples into a batch per ring and hands the batches over; the
+/// other queues the decoded events, orders and correlates them. Measures what
+/// taking the decode off the consumer's core leaves it.
+fn two_threads<C, L>(
+    streams: &[Stream],
+    decoder: &Decoder<C::Event, L>,
+    mut corr: C,
+    out: &mut dyn FnMut(C::Record),
+) -> Threads
+where
+    C: Correlator,
+    C::Event: Send,
+    L: Layout<C::Event> + ?Sized,
+{
+    use std::sync::mpsc::{channel, sync_channel};
+    type Batches<K> = Vec<Vec<(u64, Event<K>)>>;
+    let (full, rounds) = sync_channel::<(u64, Batches<C::Event>)>(4);
+    let (spent, empties) = channel::<Batches<C::Event>>();
+    std::thread::scope(|s| {
+        let decode = s.spawn(move || {
+            let cpu0 = cpu_secs();
+            let window = round_window(streams);
+            let mut pos = [0usize; CPUS];
+            let head = |pos: &[usize; CPUS]| {
+                streams
+                    .iter()
+                    .zip(pos)
+                    .filter_map(|(s, &p)| s.index.get(p).map(|x| x.0))
+                    .min()
+            };
+            while let Some(oldest) = head(&pos) {
+                let now = oldest + window;
+                let mut batches = empties
+                    .try_recv()
+                    .unwrap_or_else(|_| (0..CPUS).map(|_| Vec::new()).collect());
+                for (cpu, s) in streams.iter().enumerate() {
+                    let end = pos[cpu] + before(&s.index[pos[cpu]..], now);
+                    for &(t, at, len) in &s.index[pos[cpu]..end] {
+                        let raw = &s.bytes[at..at + len];
+                        let _ = decoder.decode_into(raw, t, cpu as u32, &mut batches[cpu]);
+                    }
+                    pos[cpu] = end;
+                }
+                if full.send((now, batches)).is_err() {
+                    break;
+                }
+            }
+            cpu_secs() - cpu0
+        });
+        let start = Instant::now();
+        let cpu0 = cpu_secs();
+        let mut sorter = Sorter::new();
+        for (now, mut batches) in rounds {
+            sorter.begin_round(now);
+            for (cpu, b) in batches.iter_mut().enumerate() {
+                for &(t, ev) in b.iter() {
+                    sorter.push(cpu as u32, t, ev);
+                }
+                b.clear();
+            }
+            sorter.end_round(|_, ev| corr.on_event(ev, out));
+            let _ = spent.send(batches);
+        }
+        sorter.flush(|_, ev| corr.on_event(ev, out));
+        corr.finish(out);
+        let consumer = cpu_secs() - cpu0;
+        let wall = start.elapsed().as_secs_f64();
+        Threads {
+            consumer,
+            decoder: decode.join().expect("decode thread"),
+            wall,
+        }
+    })
 }
 
 /// The sum of every stage of an nvme-tcp record (network time included).
