@@ -12,10 +12,12 @@
 //! - `nvme-tcp`: 4k reads traced on both sides of a loopback NVMe/TCP connection, the
 //!   13 events per I/O of the nvme-tcp profile (block bio queue and completion, seven
 //!   host and four target events), as issue 20's "2 M IOPS NVMe/TCP host" sees them;
-//!   laid out by the patched 6.1 guest's formats (default 500,000 I/Os). Then the same
-//!   replay on two threads, as per-CPU decode threads would run it: one decodes each
-//!   round into a batch per ring, the other (the consumer) orders and correlates; each
-//!   thread's CPU per event, and the wall clock.
+//!   laid out by the newest captured formats that have them (the patched guest's; default
+//!   500,000 I/Os).
+//!
+//! Both modes then replay on two threads, as per-CPU decode threads would run it: one
+//! decodes each round into a batch per ring, the other (the consumer) orders and
+//! correlates; each thread's CPU per event, and the wall clock.
 
 use ntprof_perf::correlate::{Correlator, Counters};
 use ntprof_perf::decode::{Decoder, Event, Layout};
@@ -364,7 +366,7 @@ fn block(ios: u64, csv: bool) {
         (cpu, wall, h.late)
     };
     // Each replay's records and their d2c must be the same.
-    let (secs, _) = report("decode+order+correlate", &tree, &streams, ios, || {
+    let (secs, checksum) = report("decode+order+correlate", &tree, &streams, ios, || {
         let (mut records, mut d2c) = (0u64, 0u64);
         let (cpu, wall, late) = replay(&mut |r| {
             records += 1;
@@ -374,6 +376,9 @@ fn block(ios: u64, csv: bool) {
         (cpu, wall, late, d2c)
     });
     split::<BlockCorrelator, _>(&streams, decoder, secs * 1e9 / events as f64);
+    let corr = || BlockCorrelator::new(BlockConfig::default());
+    let d2c = |r: &BlockRecord| r.d2c_ns.unwrap_or(0);
+    report_two_threads(&streams, &decoder(), corr, d2c, (ios, checksum));
     if !csv {
         return;
     }
@@ -547,21 +552,36 @@ fn nvme_tcp(ios: u64) {
     );
     let events: usize = streams.iter().map(|s| s.index.len()).sum();
     split::<TcpCorrelator, _>(&streams, decoder, secs * 1e9 / events as f64);
-    let d = decoder();
+    let sum = |r: &TcpRecord| {
+        assert_eq!(r.status(), Status::Ok, "{r:?}");
+        stage_sum(r)
+    };
+    let corr = || TcpCorrelator::new(TcpConfig::default());
+    report_two_threads(&streams, &decoder(), corr, sum, (ios, checksum));
+}
+
+/// [`two_threads`], fastest of `REPLAYS`: each must give `expect`, the records and the
+/// checksum (the sum of `sum` over them) of the one-thread replay.
+fn report_two_threads<C, L>(
+    streams: &[Stream],
+    decoder: &Decoder<C::Event, L>,
+    corr: impl Fn() -> C,
+    mut sum: impl FnMut(&C::Record) -> u64,
+    expect: (u64, u64),
+) where
+    C: Correlator,
+    C::Event: Send,
+    L: Layout<C::Event> + ?Sized,
+{
+    let events: usize = streams.iter().map(|s| s.index.len()).sum();
     let runs: Vec<_> = (0..REPLAYS)
         .map(|_| {
-            let (mut records, mut sum) = (0u64, 0u64);
-            let corr = TcpCorrelator::new(TcpConfig::default());
-            let t = two_threads(&streams, &d, corr, &mut |r| {
+            let (mut records, mut total) = (0u64, 0u64);
+            let t = two_threads(streams, decoder, corr(), &mut |r| {
                 records += 1;
-                assert_eq!(r.status(), Status::Ok, "{r:?}");
-                sum += stage_sum(&r);
+                total += sum(&r);
             });
-            assert_eq!(
-                (records, sum),
-                (ios, checksum),
-                "the two-thread replay differs"
-            );
+            assert_eq!((records, total), expect, "the two-thread replay differs");
             t
         })
         .collect();
