@@ -1,9 +1,10 @@
 //! Side-by-side cost of tracing block I/O: no tracer, `perf record`, bpftrace,
-//! `ntprof-perf stat`, `ntprof-perf record`, `stat --sample 8` / `--sample 64`,
-//! `serve` with its default budget (`--max-rate 2000 --duty 3/60`), and the floor of any perf-ring
-//! tracer: the same events and rings as `stat`, read by a loop that only frees the
-//! ring (no decode, ordering or correlation; this example runs itself as that reader,
-//! `overhead --drain-floor KDEV`).
+//! `ntprof-perf stat`, `ntprof-perf record` (each also with `--threads 2`),
+//! `stat --sample 8` / `--sample 64`, `serve` with its default budget
+//! (`--max-rate 2000 --duty 3/60`), and the floor of any perf-ring tracer: the same
+//! events and rings as `stat`, read by a loop that only frees the ring (no decode,
+//! ordering or correlation; this example runs itself as that reader, `overhead
+//! --drain-floor KDEV`).
 //!
 //! One more mode checks what `--max-rate` does to the percentiles rather than to the
 //! cost: `stat --max-rate 2000` and a full `stat` watch the same fio run side by side,
@@ -35,8 +36,9 @@
 //!
 //! Run as root: `cargo run --release --example overhead -- [SECONDS] [ROUNDS] [MODES]`
 //! (default 5 s per run, 5 rounds, every mode; MODES is a comma-separated list of
-//! none, floor, reject, perf, bpftrace, stat, record, sample8, sample64, serve,
-//! maxrate). Installs fio, bpftrace and perf with apt-get when they are missing.
+//! none, floor, reject, perf, bpftrace, stat, record, stat2, record2 (`--threads 2`),
+//! sample8, sample64, serve, maxrate). Installs fio, bpftrace and perf with apt-get
+//! when they are missing.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -178,13 +180,15 @@ enum Mode {
     Bpftrace,
     Stat,
     Record,
+    Stat2,
+    Record2,
     Sample8,
     Sample64,
     Serve,
     MaxRatePair,
 }
 
-const MODES: [Mode; 11] = [
+const MODES: [Mode; 13] = [
     Mode::None,
     Mode::Drain,
     Mode::Reject,
@@ -192,6 +196,8 @@ const MODES: [Mode; 11] = [
     Mode::Bpftrace,
     Mode::Stat,
     Mode::Record,
+    Mode::Stat2,
+    Mode::Record2,
     Mode::Sample8,
     Mode::Sample64,
     Mode::Serve,
@@ -208,6 +214,8 @@ impl Mode {
             Mode::Bpftrace => "bpftrace issue→complete hist()",
             Mode::Stat => "ntprof-perf stat",
             Mode::Record => "ntprof-perf record (CSV)",
+            Mode::Stat2 => "ntprof-perf stat --threads 2",
+            Mode::Record2 => "ntprof-perf record --threads 2",
             Mode::Sample8 => "ntprof-perf stat --sample 8",
             Mode::Sample64 => "ntprof-perf stat --sample 64",
             Mode::Serve => "ntprof-perf serve (defaults: --max-rate 2000 --duty 3/60)",
@@ -223,6 +231,8 @@ impl Mode {
                 | Mode::Reject
                 | Mode::Stat
                 | Mode::Record
+                | Mode::Stat2
+                | Mode::Record2
                 | Mode::Sample8
                 | Mode::Sample64
                 | Mode::Serve
@@ -239,6 +249,8 @@ impl Mode {
             Mode::Bpftrace => "bpftrace",
             Mode::Stat => "stat",
             Mode::Record => "record",
+            Mode::Stat2 => "stat2",
+            Mode::Record2 => "record2",
             Mode::Sample8 => "sample8",
             Mode::Sample64 => "sample64",
             Mode::Serve => "serve",
@@ -317,6 +329,8 @@ impl Ctx {
             }
             Mode::Stat => ntprof(&["stat", "--interval", "0"]),
             Mode::Record => ntprof(&["record"]),
+            Mode::Stat2 => ntprof(&["stat", "--interval", "0", "--threads", "2"]),
+            Mode::Record2 => ntprof(&["record", "--threads", "2"]),
             Mode::Sample8 => ntprof(&["stat", "--interval", "0", "--sample", "8"]),
             Mode::Sample64 => ntprof(&["stat", "--interval", "0", "--sample", "64"]),
             Mode::Serve => ntprof(&["serve", "--listen", "127.0.0.1:19857"]),

@@ -26,6 +26,7 @@ pub mod rate;
 pub mod record;
 pub mod serve;
 pub mod sink;
+pub mod split;
 pub mod synth;
 pub mod tracefs;
 

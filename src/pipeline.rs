@@ -125,6 +125,17 @@ impl<C: Correlator, L: Layout<C::Event> + ?Sized> Pipeline<C, L> {
         }
     }
 
+    /// Queue an event decoded elsewhere (a [`Front`]'s batch), as [`sample`]
+    /// (Self::sample) queues the one it decodes.
+    #[inline]
+    fn push_event(&mut self, ev: &Event<C::Event>) {
+        match self.sorter.tail(ev.cpu, ev.time) {
+            Some(q) => q.push((ev.time, *ev)),
+            None => self.sorter.insert(ev.cpu, ev.time, *ev),
+        }
+        self.sorter.queued(ev.time);
+    }
+
     /// Start of a drain round: `now` is the recording clock, read before any ring of the
     /// round is read. A replay passes a time no sample still to be fed is older than.
     pub fn begin_round(&mut self, now: u64) {
@@ -233,9 +244,75 @@ pub trait Stages {
     fn rate_from(&mut self, from: u64, n: u32);
     /// The correlator's gate for rate changes; `None` when it takes none.
     fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate>;
+    /// The decode half of this pipeline, to run on a thread of its own
+    /// ([`crate::split`]): it decodes samples into batches that [`push_batch`]
+    /// (Self::push_batch) then queues here.
+    fn front(&self) -> Option<Box<dyn Front>> {
+        None
+    }
+    /// Queue a batch that this pipeline's [`front`](Self::front) decoded, as its
+    /// samples would have been queued one by one.
+    fn push_batch(&mut self, _batch: Batch) {}
 }
 
-impl<C: Correlator, L: Layout<C::Event> + ?Sized> Stages for Pipeline<C, L> {
+/// Events decoded by a [`Front`], in the order their samples were read; only the
+/// pipeline that made the front knows their type.
+pub struct Batch(Box<dyn std::any::Any + Send>);
+
+/// A pipeline's decoder apart from it: what [`Pipeline::sample`] does up to the
+/// queueing, into a batch.
+pub trait Front: Send {
+    /// Decode one raw sample into the batch; its time when it was one of ours.
+    fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64>;
+    /// The events decoded since the last call.
+    fn take(&mut self) -> Batch;
+    /// Samples given, and those that could not be decoded, so far.
+    fn counts(&self) -> (u64, u64);
+}
+
+struct DecodeHalf<K, L: ?Sized> {
+    decoder: Decoder<K, L>,
+    batch: Vec<Event<K>>,
+    samples: u64,
+    bad_records: u64,
+}
+
+impl<K: Copy + Send + 'static, L: Layout<K> + ?Sized + 'static> Front for DecodeHalf<K, L> {
+    #[inline]
+    fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64> {
+        self.samples += 1;
+        match self.decoder.decode(raw, time, cpu) {
+            Ok(Some(ev)) => {
+                self.batch.push(ev);
+                Some(time)
+            }
+            Ok(None) => None,
+            Err(_) => {
+                self.bad_records += 1;
+                None
+            }
+        }
+    }
+
+    fn take(&mut self) -> Batch {
+        let room = self.batch.len();
+        Batch(Box::new(std::mem::replace(
+            &mut self.batch,
+            Vec::with_capacity(room),
+        )))
+    }
+
+    fn counts(&self) -> (u64, u64) {
+        (self.samples, self.bad_records)
+    }
+}
+
+impl<C, L> Stages for Pipeline<C, L>
+where
+    C: Correlator,
+    C::Event: Send + 'static,
+    L: Layout<C::Event> + ?Sized + 'static,
+{
     #[inline]
     fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64> {
         Pipeline::sample(self, time, cpu, raw)
@@ -270,6 +347,25 @@ impl<C: Correlator, L: Layout<C::Event> + ?Sized> Stages for Pipeline<C, L> {
     fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate> {
         self.corr.gate()
     }
+    fn front(&self) -> Option<Box<dyn Front>> {
+        Some(Box::new(DecodeHalf {
+            decoder: self.decoder.clone(),
+            batch: Vec::new(),
+            samples: 0,
+            bad_records: 0,
+        }))
+    }
+    fn push_batch(&mut self, batch: Batch) {
+        // Only this pipeline's front makes its batches: another type is a batch of
+        // another pipeline, which has no events for this one.
+        let Ok(events) = batch.0.downcast::<Vec<Event<C::Event>>>() else {
+            debug_assert!(false, "a batch from another pipeline's front");
+            return;
+        };
+        for ev in events.iter() {
+            self.push_event(ev);
+        }
+    }
 }
 
 /// Why a live run ended.
@@ -289,6 +385,10 @@ pub enum RunError {
     Sink(#[from] SinkError),
     #[error("waiting for the command: {0}")]
     Command(std::io::Error),
+    #[error("starting the thread that reads the rings (--threads 2): {0}")]
+    Thread(std::io::Error),
+    #[error("--threads 2: this profile's pipeline cannot decode on a thread of its own")]
+    NoFront,
 }
 
 /// Where a live run's records go, and what it is told at every interval.
@@ -526,7 +626,7 @@ fn run_rounds(
 
 /// Hand one record to the sink, keeping only the first error (later records of the
 /// same round are dropped: the run is stopping anyway).
-fn deliver(
+pub(crate) fn deliver(
     sink: &mut dyn RecordSink,
     r: &dyn IoRecord,
     sample: u32,

@@ -243,3 +243,28 @@ fn duty_traces_whole_ios_only_in_its_windows_with_the_events_off_between() {
         "estimated {est}, fio counted {fio}"
     );
 }
+
+/// `--threads 2` puts the kernel filters and the correlator on different threads; the
+/// rate controller changes both at once, so the two are refused together, before
+/// anything is opened, with what to do instead.
+#[test]
+fn two_threads_and_a_rate_budget_are_refused_together() {
+    for args in [
+        &["stat", "--threads", "2", "--max-rate", "1000"][..],
+        &["serve", "--threads", "2"][..],
+    ] {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(
+            err.contains("--threads 2: not with --max-rate") && err.contains("--sample"),
+            "{args:?}: {err}"
+        );
+    }
+    let out = Command::new(bin())
+        .args(["stat", "--threads", "3"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--threads"));
+}

@@ -23,15 +23,28 @@ fn stat_json_lines_count_what_was_issued() {
     if !kernel_ready("stat_json_lines_count_what_was_issued") {
         return;
     }
-    let l = LoopDev::new("json", 64);
+    stat_json_lines("json", &[]);
+}
+
+/// The same with the rings read on a thread of their own: the intervals come from
+/// the reading thread's clock and the correlating thread's tables, and still add up.
+#[test]
+fn stat_json_lines_with_two_threads_count_what_was_issued() {
+    if !kernel_ready("stat_json_lines_with_two_threads_count_what_was_issued") {
+        return;
+    }
+    stat_json_lines("json2", &["--threads", "2"]);
+}
+
+fn stat_json_lines(name: &str, extra: &[&str]) {
+    let l = LoopDev::new(name, 64);
     l.scheduler("mq-deadline");
     let script = format!(
         "dd if=/dev/zero of={d} bs=8k count=120 oflag=direct status=none && sleep 0.3 && \
          dd if={d} of=/dev/null bs=4k count=70 iflag=direct status=none",
         d = l.dev
     );
-    let out = run_ok(Command::new(bin()).args([
-        "stat",
+    let out = run_ok(Command::new(bin()).arg("stat").args(extra).args([
         "-d",
         &l.name,
         "--json",

@@ -424,6 +424,24 @@ fn check_shape(dir: &Path, s: &Shape, ctrl: &str) {
     );
     if s.run == Run::Qd8 {
         check_concurrency(s, &joint);
+        // The rings read and decoded on a thread of their own: the same accounting.
+        let ios2 = fio_ios(&dir.join(format!("fio-{}-joint2.json", s.name))) as usize;
+        assert_eq!(ios2, want, "{}: fio's total_ios, --threads 2", s.name);
+        let err2 = read(&f("joint2.err"));
+        assert!(
+            err2.contains(&format!("{ios2} I/Os written")),
+            "{} --threads 2:\n{err2}",
+            s.name
+        );
+        assert_clean(s.name, &err2);
+        let joint2 = read_csv(&f("joint2.csv"));
+        check_joint(s, &joint2, ios2, ctrl);
+        check_concurrency(s, &joint2);
+        eprintln!(
+            "{} --threads 2: {} rows = fio's {ios2} I/Os, chains complete",
+            s.name,
+            joint2.len()
+        );
     }
 
     // Host-only and target-only recordings of the same run, merged.

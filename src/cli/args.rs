@@ -167,6 +167,15 @@ pub struct Selection {
     #[arg(long, value_name = "PRIO", num_args = 0..=1, default_missing_value = "10",
           value_parser = clap::value_parser!(u8).range(1..=99))]
     pub realtime: Option<u8>,
+    /// Threads of the reader. 1: one thread reads the rings, decodes, orders and
+    /// correlates. 2: one thread reads the rings and decodes while a second orders,
+    /// correlates and writes, so that round N is decoded while round N-1 is
+    /// correlated; for a host whose event rate one core cannot take without loss
+    /// (a replay's correlating core goes from ≈48 to ≈34 ns per event), at the price
+    /// of a second core. The records are the same. Not with --max-rate (nor serve).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub threads: u8,
     /// Trace at most about this many I/Os per second: ntprof-perf measures the rate
     /// every second and picks the sampling itself (1 in N, a power of two up to 256,
     /// as --sample; --sample then sets where it starts). It changes the kernel filters

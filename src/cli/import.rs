@@ -138,6 +138,7 @@ pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32>
         "duration",
         "mmap_pages",
         "realtime",
+        "threads",
         "max_rate",
         "duty",
         "stages",

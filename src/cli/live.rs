@@ -14,7 +14,7 @@ use clap::parser::ValueSource;
 use nix::unistd::User;
 use ntprof_perf::device::SysBlock;
 use ntprof_perf::perf::{online_cpus, EventSpec, GroupConfig, PerfGroup};
-use ntprof_perf::pipeline::{run_live, LiveOptions, RunError, StopReason};
+use ntprof_perf::pipeline::{run_live, LiveOptions, RecordSink, RunError, StopReason};
 use ntprof_perf::profile::{self, Plan, PlanCtx, Profile};
 use ntprof_perf::rate::Duty;
 use ntprof_perf::serve::Server;
@@ -25,6 +25,7 @@ use ntprof_perf::sink::recorder::{Recorder, RowWriter, StatusLine, Tee};
 use ntprof_perf::sink::stat::StatSink;
 use ntprof_perf::sink::time::WallClock;
 use ntprof_perf::sink::Health;
+use ntprof_perf::split::run_live_split;
 use ntprof_perf::tracefs::Tracefs;
 use std::path::Path;
 use std::process::{Child, Command};
@@ -39,6 +40,8 @@ struct Ready {
     cpus: Vec<u32>,
     mmap_pages: usize,
     realtime: Option<u8>,
+    /// `--threads`: 2 reads and decodes on a thread of its own.
+    threads: u8,
     duration: Option<Duration>,
     command: Vec<String>,
     max_rate: Option<u64>,
@@ -57,6 +60,12 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         )
     })?;
     refuse_foreign_flags(p, flags)?;
+    if sel.threads > 1 && sel.max_rate.is_some() {
+        bail!(
+            "--threads {}: not with --max-rate (nor serve, which always has a budget): the rate controller changes the kernel filters and the correlator together, and with two threads they are on different ones; trace with one thread, or give a fixed --sample",
+            sel.threads
+        );
+    }
     let cpus = online_cpus()?;
     let mmap_pages = sel
         .mmap_pages
@@ -110,6 +119,7 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         cpus,
         mmap_pages,
         realtime: sel.realtime,
+        threads: sel.threads,
         duration,
         command: sel.command.clone(),
         max_rate: sel.max_rate,
@@ -411,8 +421,13 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         sample: r.plan.sample,
     };
     let t0 = Instant::now();
-    let result = match &mut out {
-        Output::Rows(sink) => run_live(
+    let sink: &mut dyn RecordSink = match &mut out {
+        Output::Rows(sink) => sink,
+        Output::Stat(sink, _) => sink.as_mut(),
+        Output::Metrics(sink, ..) => sink.as_mut(),
+    };
+    let result = match r.threads {
+        1 => run_live(
             &mut group,
             pipe,
             &opts,
@@ -420,22 +435,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             sink,
             rate.as_mut(),
         ),
-        Output::Stat(sink, _) => run_live(
-            &mut group,
-            pipe,
-            &opts,
-            &mut should_stop,
-            sink.as_mut(),
-            rate.as_mut(),
-        ),
-        Output::Metrics(sink, ..) => run_live(
-            &mut group,
-            pipe,
-            &opts,
-            &mut should_stop,
-            sink.as_mut(),
-            rate.as_mut(),
-        ),
+        _ => run_live_split(&mut group, pipe, &opts, &mut should_stop, sink),
     };
     // The output is finished before the command is waited for (below), so a command
     // that ignores SIGTERM cannot hold back a single row.

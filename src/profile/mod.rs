@@ -631,7 +631,10 @@ impl<'t, K: 'static, L: Layout<K> + ?Sized + 'static> PlanBuilder<'t, K, L> {
         self.sampler = Some((fields, Box::new(mask)));
     }
 
-    pub fn build<C: Correlator<Event = K> + 'static>(self, corr: C) -> Plan {
+    pub fn build<C: Correlator<Event = K> + 'static>(self, corr: C) -> Plan
+    where
+        K: Send,
+    {
         let resample = self.sampler.map(|(fields, mask)| Resample {
             fields,
             mask,

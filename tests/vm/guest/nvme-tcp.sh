@@ -22,6 +22,7 @@
 #   <shape>-report.txt                     report of the joint CSV
 #   <shape>-stat.txt, .err                 stat --interval 0 (QD1 shapes)
 #   <shape>-sample4.csv, .err              record --sample 4 (QD1 shapes)
+#   <shape>-joint2.csv, .err               the joint record with --threads 2 (QD8 shapes)
 #   fio-<shape>-<run>.json                 fio's own account (total_ios)
 set -eu
 BIN=${1:?usage: nvme-tcp.sh NTPROF_PERF_BIN [NIOS]}
@@ -101,7 +102,17 @@ for shape in $SHAPES; do
     cat "$O/$shape-merged.err"
     "$BIN" report "$O/$shape-joint.csv" > "$O/$shape-report.txt" 2>&1 \
         || { cat "$O/$shape-report.txt"; exit 1; }
-    case $shape in qd8-*|digest-*|hot-*) continue ;; esac
+    case $shape in
+    qd8-*)
+        echo "nvme-tcp: $shape: joint record, --threads 2"
+        # shellcheck disable=SC2046
+        "$BIN" record --profile nvme-tcp --threads 2 -o "$O/$shape-joint2.csv" -- \
+            $(fio_cmd "$shape" "$O/fio-$shape-joint2.json") 2> "$O/$shape-joint2.err" \
+            || { cat "$O/$shape-joint2.err"; exit 1; }
+        cat "$O/$shape-joint2.err"
+        continue ;;
+    digest-*|hot-*) continue ;;
+    esac
 
     echo "nvme-tcp: $shape: stat"
     # shellcheck disable=SC2046
