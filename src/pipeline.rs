@@ -6,7 +6,7 @@
 //! sinks are the same code for every profile.
 
 use crate::correlate::{Correlator, Gap};
-use crate::decode::{Decoder, Event, Layout};
+use crate::decode::{Decoder, Event, Layout, Malformed};
 use crate::order::Sorter;
 use crate::perf::ledger::Ledger;
 use crate::perf::{PerfGroup, Record};
@@ -112,17 +112,11 @@ impl<C: Correlator, L: Layout<C::Event> + ?Sized> Pipeline<C, L> {
                 .decode(raw, time, cpu)
                 .map(|ev| ev.map(|ev| self.sorter.insert(cpu, time, ev)).is_some()),
         };
-        match ours {
-            Ok(true) => {
-                self.sorter.queued(time);
-                Some(time)
-            }
-            Ok(false) => None,
-            Err(_) => {
-                self.bad_records += 1;
-                None
-            }
+        let ours = ours_at(ours, time, &mut self.bad_records);
+        if let Some(t) = ours {
+            self.sorter.queued(t);
         }
+        ours
     }
 
     /// Queue an event decoded elsewhere (a [`Front`]'s batch), as [`sample`]
@@ -255,6 +249,20 @@ pub trait Stages {
     fn push_batch(&mut self, _batch: Batch) {}
 }
 
+/// What a sample's decode says to the ring walk: its time when it was one of ours
+/// (`Ok(true)`), nothing for another event; a record that could not be decoded is
+/// counted with the bad ones.
+#[inline]
+fn ours_at(decoded: Result<bool, Malformed>, time: u64, bad_records: &mut u64) -> Option<u64> {
+    match decoded {
+        Ok(ours) => ours.then_some(time),
+        Err(_) => {
+            *bad_records += 1;
+            None
+        }
+    }
+}
+
 /// Events decoded by a [`Front`], in the order their samples were read; only the
 /// pipeline that made the front knows their type.
 pub struct Batch(Box<dyn std::any::Any + Send>);
@@ -281,17 +289,9 @@ impl<K: Copy + Send + 'static, L: Layout<K> + ?Sized + 'static> Front for Decode
     #[inline]
     fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64> {
         self.samples += 1;
-        match self.decoder.decode(raw, time, cpu) {
-            Ok(Some(ev)) => {
-                self.batch.push(ev);
-                Some(time)
-            }
-            Ok(None) => None,
-            Err(_) => {
-                self.bad_records += 1;
-                None
-            }
-        }
+        let decoded = self.decoder.decode(raw, time, cpu);
+        let ours = decoded.map(|ev| ev.map(|ev| self.batch.push(ev)).is_some());
+        ours_at(ours, time, &mut self.bad_records)
     }
 
     fn take(&mut self) -> Batch {

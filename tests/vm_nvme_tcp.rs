@@ -397,24 +397,30 @@ fn nvme_tcp_profile_in_the_vm() {
     merge_with_moved_clock(&dir, &host, &target);
 }
 
+/// The rows of joint recording `run` of shape `s`, after checking that fio ran the
+/// `want` I/Os, that the exit line says each was written, and that nothing was lost.
+fn joint_recording(dir: &Path, s: &Shape, run: &str, want: usize) -> Vec<Row> {
+    let ios = fio_ios(&dir.join(format!("fio-{}-{run}.json", s.name))) as usize;
+    assert_eq!(ios, want, "{} {run}: fio's total_ios", s.name);
+    let err = read(&dir.join(format!("{}-{run}.err", s.name)));
+    assert!(
+        err.contains(&format!("{ios} I/Os written")),
+        "{} {run}:\n{err}",
+        s.name
+    );
+    assert_clean(s.name, &err);
+    read_csv(&dir.join(format!("{}-{run}.csv", s.name)))
+}
+
 fn check_shape(dir: &Path, s: &Shape, ctrl: &str) {
     let f = |x: &str| dir.join(format!("{}-{x}", s.name));
     // fio's own count: NIOS for one job; the QD8 shapes run 2 jobs of 2×NIOS.
-    let ios = fio_ios(&dir.join(format!("fio-{}-joint.json", s.name))) as usize;
-    let want = match s.run {
+    let ios = match s.run {
         Run::Qd8 => 4 * NIOS,
         Run::Hot => 2 * NIOS,
         _ => NIOS,
     };
-    assert_eq!(ios, want, "{}: fio's total_ios", s.name);
-    let err = read(&f("joint.err"));
-    assert!(
-        err.contains(&format!("{ios} I/Os written")),
-        "{}:\n{err}",
-        s.name
-    );
-    assert_clean(s.name, &err);
-    let joint = read_csv(&f("joint.csv"));
+    let joint = joint_recording(dir, s, "joint", ios);
     let (worst, net) = check_joint(s, &joint, ios, ctrl);
     eprintln!(
         "{}: {} rows = fio's {ios} I/Os on {ctrl}, chains complete, every stage present; \
@@ -425,20 +431,11 @@ fn check_shape(dir: &Path, s: &Shape, ctrl: &str) {
     if s.run == Run::Qd8 {
         check_concurrency(s, &joint);
         // The rings read and decoded on a thread of their own: the same accounting.
-        let ios2 = fio_ios(&dir.join(format!("fio-{}-joint2.json", s.name))) as usize;
-        assert_eq!(ios2, want, "{}: fio's total_ios, --threads 2", s.name);
-        let err2 = read(&f("joint2.err"));
-        assert!(
-            err2.contains(&format!("{ios2} I/Os written")),
-            "{} --threads 2:\n{err2}",
-            s.name
-        );
-        assert_clean(s.name, &err2);
-        let joint2 = read_csv(&f("joint2.csv"));
-        check_joint(s, &joint2, ios2, ctrl);
+        let joint2 = joint_recording(dir, s, "joint2", ios);
+        check_joint(s, &joint2, ios, ctrl);
         check_concurrency(s, &joint2);
         eprintln!(
-            "{} --threads 2: {} rows = fio's {ios2} I/Os, chains complete",
+            "{} --threads 2: {} rows = fio's {ios} I/Os, chains complete",
             s.name,
             joint2.len()
         );
