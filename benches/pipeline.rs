@@ -66,29 +66,56 @@ fn drive<C: Correlator, L: Layout<C::Event> + ?Sized>(
     streams: &[Stream],
     out: &mut dyn FnMut(C::Record),
 ) {
-    let head = |pos: &[usize; CPUS]| {
-        streams
-            .iter()
-            .zip(pos)
-            .filter_map(|(s, &p)| s.index.get(p).map(|(t, _, _)| *t))
-            .min()
-    };
-    let window = round_window(streams);
-    let mut pos = [0usize; CPUS];
-    while let Some(oldest) = head(&pos) {
-        // The clock of this round: every sample stamped before it is read now.
-        let now = oldest + window;
+    for (now, read) in Rounds::new(streams) {
         pipe.begin_round(now);
         for (cpu, s) in streams.iter().enumerate() {
-            let end = pos[cpu] + before(&s.index[pos[cpu]..], now);
-            for &(t, at, len) in &s.index[pos[cpu]..end] {
+            for &(t, at, len) in &s.index[read[cpu].clone()] {
                 pipe.sample(t, cpu as u32, &s.bytes[at..at + len]);
             }
-            pos[cpu] = end;
         }
         pipe.end_round(&mut *out);
     }
     pipe.finish(&mut *out);
+}
+
+/// The rounds of a replay, as a live drain reads them: each round's clock, and per
+/// ring the samples read in it (a range of its index).
+struct Rounds<'a> {
+    streams: &'a [Stream],
+    window: u64,
+    pos: [usize; CPUS],
+}
+
+impl<'a> Rounds<'a> {
+    fn new(streams: &'a [Stream]) -> Self {
+        Rounds {
+            streams,
+            window: round_window(streams),
+            pos: [0; CPUS],
+        }
+    }
+}
+
+impl Iterator for Rounds<'_> {
+    type Item = (u64, [std::ops::Range<usize>; CPUS]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let oldest = (self.streams.iter().zip(&self.pos))
+            .filter_map(|(s, &p)| s.index.get(p).map(|x| x.0))
+            .min()?;
+        // The clock of this round: every sample stamped before it is read now.
+        let now = oldest + self.window;
+        let read = std::array::from_fn(|cpu| {
+            let from = self.pos[cpu];
+            let end = self
+                .streams
+                .get(cpu)
+                .map_or(from, |s| from + before(&s.index[from..], now));
+            self.pos[cpu] = end;
+            from..end
+        });
+        Some((now, read))
+    }
 }
 
 /// A round's stretch of time: so long that a round holds `ROUND` samples per ring on
@@ -626,27 +653,15 @@ where
     std::thread::scope(|s| {
         let decode = s.spawn(move || {
             let cpu0 = cpu_secs();
-            let window = round_window(streams);
-            let mut pos = [0usize; CPUS];
-            let head = |pos: &[usize; CPUS]| {
-                streams
-                    .iter()
-                    .zip(pos)
-                    .filter_map(|(s, &p)| s.index.get(p).map(|x| x.0))
-                    .min()
-            };
-            while let Some(oldest) = head(&pos) {
-                let now = oldest + window;
+            for (now, read) in Rounds::new(streams) {
                 let mut batches = empties
                     .try_recv()
                     .unwrap_or_else(|_| (0..CPUS).map(|_| Vec::new()).collect());
                 for (cpu, s) in streams.iter().enumerate() {
-                    let end = pos[cpu] + before(&s.index[pos[cpu]..], now);
-                    for &(t, at, len) in &s.index[pos[cpu]..end] {
+                    for &(t, at, len) in &s.index[read[cpu].clone()] {
                         let raw = &s.bytes[at..at + len];
                         let _ = decoder.decode_into(raw, t, cpu as u32, &mut batches[cpu]);
                     }
-                    pos[cpu] = end;
                 }
                 if full.send((now, batches)).is_err() {
                     break;

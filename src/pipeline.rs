@@ -119,17 +119,6 @@ impl<C: Correlator, L: Layout<C::Event> + ?Sized> Pipeline<C, L> {
         ours
     }
 
-    /// Queue an event decoded elsewhere (a [`Front`]'s batch), as [`sample`]
-    /// (Self::sample) queues the one it decodes.
-    #[inline]
-    fn push_event(&mut self, ev: &Event<C::Event>) {
-        match self.sorter.tail(ev.cpu, ev.time) {
-            Some(q) => q.push((ev.time, *ev)),
-            None => self.sorter.insert(ev.cpu, ev.time, *ev),
-        }
-        self.sorter.queued(ev.time);
-    }
-
     /// Start of a drain round: `now` is the recording clock, read before any ring of the
     /// round is read. A replay passes a time no sample still to be fed is older than.
     pub fn begin_round(&mut self, now: u64) {
@@ -362,8 +351,9 @@ where
             debug_assert!(false, "a batch from another pipeline's front");
             return;
         };
+        // Queued as `sample` queues the event it decodes.
         for ev in events.iter() {
-            self.push_event(ev);
+            self.sorter.push(ev.cpu, ev.time, *ev);
         }
     }
 }

@@ -273,11 +273,9 @@ impl BlockCorrelator {
     /// a completion went missing after its issue and it has been in flight longer than
     /// `limit` of the largest certain pairing on the device ([`SURELY`] or [`PAST`]).
     fn lost_completion(&self, dev: u32, p: &Pending, t: u64, limit: fn(u64) -> u64) -> bool {
-        p.issue.is_some_and(|i| {
-            self.missing.complete > 0
-                && i <= self.missing.horizon
-                && self.in_flight_past(dev, p, t, limit)
-        })
+        self.missing.complete > 0
+            && p.issue.is_some_and(|i| i <= self.missing.horizon)
+            && self.in_flight_past(dev, p, t, limit)
     }
 
     /// Whether issued request `p` of `dev` has been in flight at `t` longer than
@@ -619,13 +617,8 @@ impl BlockCorrelator {
     /// row slower than the device ever was. Were the first only slow, its completion
     /// still finds it among the suspects: the two latencies are swapped, never lost.
     fn set_aside_lost(&mut self, key: Key, nr_sector: u32, t: u64) {
-        let mut first_issue = self.first_issued(&key, nr_sector);
+        let (mut first_issue, mut issued) = self.first_issued(&key, nr_sector);
         while let Some(i) = first_issue.filter(|_| self.missing.complete > 0) {
-            let mut issued = 0;
-            self.pending.find_mut(&key, |p| {
-                issued += usize::from(p.issue.is_some());
-                false
-            });
             let lost = self
                 .pending
                 .find_mut(&key, |p| p.issue == Some(i))
@@ -637,18 +630,21 @@ impl BlockCorrelator {
             let Some(p) = lost else { break };
             self.pending.take_where(&key, |q| q.issue == p.issue);
             self.suspect(key, p, t);
-            first_issue = self.first_issued(&key, nr_sector);
+            (first_issue, issued) = self.first_issued(&key, nr_sector);
         }
     }
 
-    /// The earliest issue time among the issued requests of `key`.
+    /// The earliest issue time among the issued requests of `key`, and how many are
+    /// issued.
     /// Prefers a request of the completion's size: requests at one sector can differ
     /// in size (one grew by merges), and a completion of the wrong size would split a
     /// request that is whole.
-    fn first_issued(&mut self, key: &Key, nr_sector: u32) -> Option<u64> {
+    fn first_issued(&mut self, key: &Key, nr_sector: u32) -> (Option<u64>, usize) {
         let (mut first, mut first_sized): (Option<u64>, Option<u64>) = (None, None);
+        let mut issued = 0;
         self.pending.find_mut(key, |p| {
             if let Some(i) = p.issue {
+                issued += 1;
                 first = Some(first.map_or(i, |f| f.min(i)));
                 if p.remaining == nr_sector {
                     first_sized = Some(first_sized.map_or(i, |f| f.min(i)));
@@ -656,7 +652,7 @@ impl BlockCorrelator {
             }
             false
         });
-        first_sized.or(first)
+        (first_sized.or(first), issued)
     }
 
     fn add(&mut self, key: Key, p: Pending, out: &mut dyn FnMut(BlockRecord)) {
