@@ -381,6 +381,16 @@ pub enum RunError {
     NoFront,
 }
 
+/// A live run that ended in an error, with what it had counted by then: the samples,
+/// and the losses the kernel's counts had shown so far, so that the rows already
+/// written are reported with them and not as a loss-free run.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct Failed {
+    pub error: RunError,
+    pub health: Box<Health>,
+}
+
 /// Where a live run's records go, and what it is told at every interval.
 pub trait RecordSink {
     /// One I/O's record, traced at 1 in `sample` (it stands for that many I/Os).
@@ -528,7 +538,7 @@ impl Counting {
 
 /// Run until a stop condition, then drain until the kernel's counts say every sample
 /// has arrived, flush, and give up what is in flight. A sink error stops the run
-/// (after the rings are disabled) and is returned.
+/// (after the rings are disabled) and is returned, with the health as of then.
 pub fn run_live(
     group: &mut PerfGroup,
     pipe: &mut dyn Stages,
@@ -536,7 +546,7 @@ pub fn run_live(
     should_stop: &mut dyn FnMut() -> Result<Option<StopReason>, RunError>,
     sink: &mut dyn RecordSink,
     mut rate: Option<&mut RateControl>,
-) -> Result<(StopReason, Health), RunError> {
+) -> Result<(StopReason, Health), Failed> {
     let mut counting = Counting::new(group, opts.sample);
     // Nothing reaches the correlator before the first counts are confirmed.
     pipe.hold_until(Some(0));
@@ -551,17 +561,22 @@ pub fn run_live(
     );
     // Whatever ended the run, the events stop before anything else is reported.
     let disabled = group.disable();
-    let reason = result?;
-    disabled?;
-    counting.finish(group, pipe, sink)?;
-    let mut first_err = None;
-    pipe.finish(&mut |r, n| deliver(sink, r, n, &mut first_err));
-    if let Some(e) = first_err {
-        return Err(e.into());
-    }
+    let ended = result.and_then(|reason| {
+        disabled?;
+        counting.finish(group, pipe, sink)?;
+        let mut first_err = None;
+        pipe.finish(&mut |r, n| deliver(sink, r, n, &mut first_err));
+        first_err.map_or(Ok(reason), |e| Err(e.into()))
+    });
     let mut h = counting.health(group, pipe);
     sampled(&mut h, rate.as_deref());
-    Ok((reason, h))
+    match ended {
+        Ok(reason) => Ok((reason, h)),
+        Err(error) => Err(Failed {
+            error,
+            health: Box::new(h),
+        }),
+    }
 }
 
 /// The rate in effect and its changes, when a controller sets them.

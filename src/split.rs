@@ -19,7 +19,7 @@
 use crate::correlate::Gap;
 use crate::perf::PerfGroup;
 use crate::pipeline::{
-    deliver, run_live, Batch, Front, LiveOptions, RecordSink, RunError, Stages, StopReason,
+    deliver, run_live, Batch, Failed, Front, LiveOptions, RecordSink, RunError, Stages, StopReason,
 };
 use crate::record::IoRecord;
 use crate::sink::{Health, SinkError};
@@ -66,8 +66,15 @@ pub fn run_live_split(
     opts: &LiveOptions,
     should_stop: &mut (dyn FnMut() -> Result<Option<StopReason>, RunError> + Send),
     sink: &mut dyn RecordSink,
-) -> Result<(StopReason, Health), RunError> {
-    let front = pipe.front().ok_or(RunError::NoFront)?;
+) -> Result<(StopReason, Health), Failed> {
+    // A run that fails reports the reader's counts with the correlator's.
+    let failed_with = |error: RunError, reader: &Health, pipe: &dyn Stages| Failed {
+        error,
+        health: Box::new(merge(reader, pipe.health())),
+    };
+    let Some(front) = pipe.front() else {
+        return Err(failed_with(RunError::NoFront, &Health::default(), pipe));
+    };
     let (tx, steps) = sync_channel(BACKLOG);
     // Set by the correlating thread when a sink fails: the reader then stops as on a
     // signal, and the sink's error is what the run returns.
@@ -93,7 +100,7 @@ pub fn run_live_split(
                 };
                 run_live(group, &mut reader, opts, &mut stop, &mut ticks, None)
             })
-            .map_err(RunError::Thread)?;
+            .map_err(|e| failed_with(RunError::Thread(e), &Health::default(), pipe))?;
         let mut sink_err: Option<SinkError> = None;
         // Until the reader is done and its sender dropped. After a sink error the
         // steps are still received, so that the reader is never left waiting.
@@ -109,9 +116,12 @@ pub fn run_live_split(
             Ok(r) => r,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        let (reason, health) = read?;
+        let (reason, health) = match read {
+            Ok(r) => r,
+            Err(f) => return Err(failed_with(f.error, &f.health, pipe)),
+        };
         if let Some(e) = sink_err {
-            return Err(e.into());
+            return Err(failed_with(e.into(), &health, pipe));
         }
         Ok((reason, merge(&health, pipe.health())))
     })

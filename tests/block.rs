@@ -547,6 +547,75 @@ fn piped_into_head_ends_cleanly() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
 
+/// A run whose output fails (the disk fills) stops with the error and still says what
+/// it saw: the rows written and the samples and losses counted by then, from the
+/// reading thread when there are two.
+#[test]
+fn a_full_disk_stops_the_run_and_says_what_it_saw() {
+    if !kernel_ready("a_full_disk_stops_the_run_and_says_what_it_saw") {
+        return;
+    }
+    let l = LoopDev::new("full", 64);
+    l.scheduler("none");
+    let dir = tmp("full-disk");
+    std::fs::create_dir_all(&dir).unwrap();
+    run_ok(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&dir),
+    );
+    /// Unmounted however the test ends.
+    struct Mounted(std::path::PathBuf);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let dir = Mounted(dir);
+    let csv = dir.0.join("rows.csv");
+    for threads in ["1", "2"] {
+        // About 100 bytes a row: 20,000 I/Os fill 64 KiB many times over.
+        let out = Command::new(bin())
+            .args(["record", "-d", &l.dev, "--threads", threads, "-o"])
+            .arg(&csv)
+            .args(["--", "dd", "if=/dev/zero", &format!("of={}", l.dev)])
+            .args(["bs=4k", "count=20000", "oflag=direct", "status=none"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "threads {threads}: {err}");
+        assert!(!err.contains("panicked"), "threads {threads}: {err}");
+        assert!(
+            err.contains("No space left on device"),
+            "threads {threads}: {err}"
+        );
+        let line = err
+            .lines()
+            .find(|l| l.contains("stopped by an error: "))
+            .unwrap_or_else(|| panic!("threads {threads}: no exit line: {err}"));
+        let after = |key: &str| -> u64 {
+            let rest =
+                &line[line.find(key).unwrap_or_else(|| panic!("{key}: {line}")) + key.len()..];
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let written = after("error: ");
+        let samples = after("; samples ");
+        assert!(written > 0, "threads {threads}: {line}");
+        // Each block I/O is at least its issue and its completion.
+        assert!(samples >= 2 * written, "threads {threads}: {line}");
+        assert!(
+            line.contains("  lost ") && line.contains("  dropped "),
+            "{line}"
+        );
+        let _ = std::fs::remove_file(&csv);
+    }
+}
+
 #[test]
 fn lost_samples_are_attributed_to_the_ios_they_cost() {
     if !kernel_ready("lost_samples_are_attributed_to_the_ios_they_cost") {

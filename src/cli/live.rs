@@ -441,7 +441,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     // that ignores SIGTERM cannot hold back a single row.
     let (reason, health) = match result {
         Ok(v) => v,
-        Err(e) if broken_pipe(&e) => {
+        Err(f) if broken_pipe(&f.error) => {
             // The reader went away (`record | head`): a normal end, not an error.
             let rows = match &mut out {
                 Output::Rows(s) => {
@@ -455,17 +455,20 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             finish_child(child.as_mut(), &stop);
             return Ok(0);
         }
-        Err(e) => {
-            // Rows already handed to the sink are flushed before reporting the error.
-            let _ = finish_output(
-                &mut out,
-                &r.plan.stages.health(),
-                t0,
-                r.profile,
-                r.plan.sample,
+        Err(f) => {
+            // Rows already handed to the sink are flushed, with the counts as of the
+            // error, before reporting it: a failed run still says what it saw and lost.
+            let _ = finish_output(&mut out, &f.health, t0, r.profile, r.plan.sample);
+            let rows = match &out {
+                Output::Rows(s) => format!("{} I/Os written to {to}", s.written()),
+                Output::Stat(..) | Output::Metrics(..) => "stopped".to_string(),
+            };
+            eprintln!(
+                "ntprof-perf: stopped by an error: {rows}; {}",
+                f.health.line()
             );
             finish_child(child.as_mut(), &stop);
-            return Err(e.into());
+            return Err(f.error.into());
         }
     };
     if let Err(e) = finish_output(&mut out, &health, t0, r.profile, r.plan.sample) {
