@@ -743,14 +743,19 @@ fn every_io_accounted_under_load(name: &str, extra: &[&str]) {
     assert_eq!(rows.len() as u64, fio, "{err}");
     let dropped = rows.iter().filter(|r| r["status"] == "dropped").count() as u64;
     assert_eq!(dropped, health_count(&err, "cut "), "{err}");
+    // A completion the kernel dropped stays in the device's depth until the counts
+    // confirm it missing; a confirmation that comes after the 50 ms doubt bound (see
+    // docs/how-it-works.md) leaves the I/Os issued meanwhile one deeper per such
+    // completion. Without a drop the depth is exact.
+    let max_qd = 16 + exit_count(&err, "dropped");
     for r in rows.iter().filter(|r| r["status"] == "ok") {
         assert!(
             num(r, "d2c_ns") <= lat_max,
             "{r:?}: slower than fio's slowest ({lat_max} ns): {err}"
         );
         assert!(
-            num(r, "qd") <= 16,
-            "{r:?}: deeper than fio's iodepth: {err}"
+            num(r, "qd") <= max_qd,
+            "{r:?}: deeper than fio's iodepth and the drops: {err}"
         );
     }
     // The samples counted on the exit line (by the reading thread, with two) hold an
