@@ -592,7 +592,7 @@ fn a_full_disk_stops_the_run_and_says_what_it_saw() {
         );
         let line = err
             .lines()
-            .find(|l| l.contains("stopped by an error: "))
+            .find(|l| l.contains("stopped by an error after "))
             .unwrap_or_else(|| panic!("threads {threads}: no exit line: {err}"));
         let after = |key: &str| -> u64 {
             let rest =
@@ -603,7 +603,7 @@ fn a_full_disk_stops_the_run_and_says_what_it_saw() {
                 .parse()
                 .unwrap()
         };
-        let written = after("error: ");
+        let written = after("error after ");
         let samples = after("; samples ");
         assert!(written > 0, "threads {threads}: {line}");
         // Each block I/O is at least its issue and its completion.

@@ -459,14 +459,15 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             // Rows already handed to the sink are flushed, with the counts as of the
             // error, before reporting it: a failed run still says what it saw and lost.
             let _ = finish_output(&mut out, &f.health, t0, r.profile, r.plan.sample);
-            let rows = match &out {
-                Output::Rows(s) => format!("{} I/Os written to {to}", s.written()),
-                Output::Stat(..) | Output::Metrics(..) => "stopped".to_string(),
+            let what = match &out {
+                Output::Rows(s) => format!(
+                    "stopped by an error after {} I/Os written to {to}",
+                    s.written()
+                ),
+                Output::Stat(..) => "stat stopped by an error".to_string(),
+                Output::Metrics(..) => "serve stopped by an error".to_string(),
             };
-            eprintln!(
-                "ntprof-perf: stopped by an error: {rows}; {}",
-                f.health.line()
-            );
+            eprintln!("ntprof-perf: {what}; {}", f.health.line());
             finish_child(child.as_mut(), &stop);
             return Err(f.error.into());
         }
