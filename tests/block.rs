@@ -595,13 +595,7 @@ fn a_full_disk_stops_the_run_and_says_what_it_saw() {
             .find(|l| l.contains("stopped by an error after "))
             .unwrap_or_else(|| panic!("threads {threads}: no exit line: {err}"));
         let after = |key: &str| -> u64 {
-            let rest =
-                &line[line.find(key).unwrap_or_else(|| panic!("{key}: {line}")) + key.len()..];
-            rest.split(|c: char| !c.is_ascii_digit())
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap()
+            number_after(line, key).unwrap_or_else(|| panic!("{key}: {line}"))
         };
         let written = after("error after ");
         let samples = after("; samples ");
@@ -760,11 +754,7 @@ fn every_io_accounted_under_load(name: &str, extra: &[&str]) {
     }
     // The samples counted on the exit line (by the reading thread, with two) hold an
     // issue and a completion of every `ok` row.
-    let samples: u64 = err
-        .split("; samples ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
+    let samples = number_after(&err, "; samples ").unwrap_or(0);
     let ok = rows.iter().filter(|r| r["status"] == "ok").count() as u64;
     assert!(samples >= 2 * ok && ok > 0, "{ok} ok rows: {err}");
     eprintln!("{name}: {fio} I/Os, {dropped} dropped rows: {err}");
@@ -798,10 +788,8 @@ fn stages_d2c_leaves_the_insert_out_and_its_stages_empty() {
         ]));
         String::from_utf8_lossy(&run_ok(&mut c).stderr).into_owned()
     };
-    let samples = |err: &str| -> u64 {
-        let i = err.find("samples ").expect("samples on the exit line") + 8;
-        err[i..].split_whitespace().next().unwrap().parse().unwrap()
-    };
+    let samples =
+        |err: &str| -> u64 { number_after(err, "samples ").expect("samples on the exit line") };
     let all = tmp("stages-all.csv");
     let d2c = tmp("stages-d2c.csv");
     let err_all = run(None, &all);

@@ -241,6 +241,16 @@ pub fn exit_count(err: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The number right after the first `key` in `text`, such as the exit line's
+/// `; samples N`; `None` without one.
+pub fn number_after(text: &str, key: &str) -> Option<u64> {
+    let rest = &text[text.find(key)? + key.len()..];
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Whether the VM tests run (`NTPROF_VM=1`, set by scripts/test.sh and CI). Otherwise
 /// a loud skip, written straight to fd 2 so the harness's capture cannot hide it.
 pub fn vm_enabled(test: &str) -> bool {
