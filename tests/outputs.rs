@@ -111,7 +111,7 @@ fn stat_json_lines(name: &str, extra: &[&str]) {
     }
     assert!(
         rows_dropped <= samples_dropped,
-        "a row dropped for each sample the counts showed missing at most: {summary}"
+        "no more rows dropped than samples the counts showed missing: {summary}"
     );
     for k in ["lost", "unmatched", "incomplete"] {
         assert_eq!(summary[k], 0, "{k}: {summary}");
