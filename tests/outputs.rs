@@ -7,12 +7,17 @@ use common::*;
 use serde_json::Value as Json;
 use std::process::Command;
 
-/// The stage entry `stage` of the group whose labels are `labels` in a JSON line.
-fn stage<'a>(line: &'a Json, labels: &[(&str, &str)], stage: &str) -> Option<&'a Json> {
+/// The group whose labels are `labels` in a JSON line.
+fn group<'a>(line: &'a Json, labels: &[(&str, &str)]) -> Option<&'a Json> {
     line["groups"]
         .as_array()?
         .iter()
-        .find(|g| labels.iter().all(|(k, v)| g["labels"][*k] == *v))?["stages"]
+        .find(|g| labels.iter().all(|(k, v)| g["labels"][*k] == *v))
+}
+
+/// The stage entry `stage` of the group whose labels are `labels` in a JSON line.
+fn stage<'a>(line: &'a Json, labels: &[(&str, &str)], stage: &str) -> Option<&'a Json> {
+    group(line, labels)?["stages"]
         .as_array()?
         .iter()
         .find(|s| s["stage"] == stage)
@@ -75,12 +80,7 @@ fn stat_json_lines(name: &str, extra: &[&str]) {
         ([("device", l.name.as_str()), ("op", "write")], 120),
         ([("device", l.name.as_str()), ("op", "read")], 70),
     ] {
-        let group = summary["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| labels.iter().all(|(k, v)| g["labels"][*k] == *v))
-            .unwrap_or_else(|| panic!("{labels:?}: {summary}"));
+        let group = group(summary, &labels).unwrap_or_else(|| panic!("{labels:?}: {summary}"));
         assert_eq!(group["ios"], n, "every I/O one row: {group}");
         let dropped = group["dropped"].as_u64().unwrap();
         rows_dropped += dropped;
@@ -142,7 +142,7 @@ fn stat_json_lines(name: &str, extra: &[&str]) {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("P50_us  P99.99_us  MAX_us"), "{text}");
     let exit = String::from_utf8_lossy(&out.stderr);
-    let dropped = number_after(&exit, "  dropped ").unwrap_or_else(|| panic!("{exit}"));
+    let dropped = exit_count(&exit, "dropped");
     let count = table_count(&text, &[&l.name, "read"], "d2c").unwrap_or(0);
     assert!(
         count <= 5 && count + dropped >= 5,
