@@ -145,8 +145,7 @@ pub(crate) fn walk_records(
     };
     while pos < total {
         let remaining = total - pos;
-        let mut header = [0u8; HEADER_LEN];
-        if remaining < HEADER_LEN || !copy_out(first, second, pos, &mut header) {
+        let Some(size) = record_size(first, second, pos) else {
             fail(
                 &mut stats,
                 RingError::TrailingBytes {
@@ -154,8 +153,7 @@ pub(crate) fn walk_records(
                 },
             );
             return stats;
-        }
-        let size = u16::from_le_bytes([header[6], header[7]]);
+        };
         let len = usize::from(size);
         let bad_size = RingError::BadRecordSize {
             offset: pos as u64,
@@ -193,6 +191,27 @@ pub(crate) fn walk_records(
     }
     stats.consumed = total as u64;
     stats
+}
+
+/// The size field of the record header at logical offset `pos` of `first ++ second`;
+/// `None` when fewer than a header's bytes are left. Read in place when the header lies
+/// in one part, as all but one per wrap do: copying it out first was a `memcpy` call of
+/// a length the compiler cannot see, on every record.
+#[inline]
+fn record_size(first: &[u8], second: &[u8], pos: usize) -> Option<u16> {
+    let at = |part: &[u8], p: usize| {
+        let h = part.get(p..p.checked_add(HEADER_LEN)?)?;
+        Some(u16::from_le_bytes([h[6], h[7]]))
+    };
+    if pos < first.len() {
+        if let Some(size) = at(first, pos) {
+            return Some(size);
+        }
+        let mut header = [0u8; HEADER_LEN];
+        return copy_out(first, second, pos, &mut header)
+            .then(|| u16::from_le_bytes([header[6], header[7]]));
+    }
+    at(second, pos - first.len())
 }
 
 /// Copies `out.len()` bytes starting at logical offset `pos` of `first ++ second` into
