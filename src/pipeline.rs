@@ -434,15 +434,16 @@ struct Counting {
 
 impl Counting {
     fn new(group: &PerfGroup, sample: u32) -> Counting {
-        let fds = group.ring_count() * group.event_count();
+        let reads = group.reads_per_snapshot();
         Counting {
             sample,
             ledger: Ledger::new(),
             names: group.type_names().to_vec(),
             pending: None,
             next: Instant::now(),
-            // One read(2) per event and CPU: a few dozen per second on a large host.
-            every: Duration::from_millis(5).max(Duration::from_micros(50) * fds as u32),
+            // Each read of another CPU's counts interrupts it: on a large host, or with
+            // events read one by one (--max-rate), the snapshots are spaced out.
+            every: Duration::from_millis(5).max(Duration::from_micros(50) * reads as u32),
         }
     }
 

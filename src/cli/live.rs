@@ -344,6 +344,8 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     };
     let mut cfg = GroupConfig::new(specs, r.cpus.clone());
     cfg.mmap_pages = r.mmap_pages;
+    // --max-rate turns the parts of its sample on and off while the run goes on.
+    cfg.grouped = parts.is_none();
     let mut group = PerfGroup::open(&cfg)?;
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -6,8 +6,17 @@
 //! The kernel's sampling path can give up a sample it has already counted, with no
 //! `PERF_RECORD_LOST` (see [`Tally`]). So every sample received is counted per CPU and
 //! per event (by the `common_type` its payload starts with: no id field is needed), and
-//! [`PerfGroup::snapshot`] reads each event's own count (`read(2)`, with the
-//! `PERF_FORMAT_LOST` count where the kernel has it) to compare.
+//! [`PerfGroup::snapshot`] reads each event's own count (with the `PERF_FORMAT_LOST`
+//! count where the kernel has it) to compare.
+//!
+//! # One read per CPU
+//! A CPU's events are one perf group under a dummy software event that owns the ring,
+//! so that a snapshot is one `read(2)` per CPU (`PERF_FORMAT_GROUP`) instead of one per
+//! event and CPU. Reading an active event of another CPU costs an interrupt there (the
+//! kernel reads it on its CPU): per event, that was a few µs of the traced CPU and of
+//! the reader each, at every snapshot, and thousands per snapshot for nvme-tcp on a
+//! large host. The leader is a dummy, not a tracepoint, because a group counts only
+//! while its leader is on, and `--max-rate` turns tracepoints off one by one.
 
 use std::ffi::CString;
 use std::io;
@@ -55,6 +64,11 @@ pub struct GroupConfig {
     pub clockid: i32,
     /// What each sample carries ([`SampleFormat::LEAN`] unless measuring others).
     pub format: SampleFormat,
+    /// Each CPU's events in one perf group, its counts read at once (see the module
+    /// doc). `false` for a run that turns events on and off one by one while it runs
+    /// (`--max-rate`): a member turned on while its group runs does not start (seen on
+    /// 6.18), so those events are opened alone and read one by one.
+    pub grouped: bool,
 }
 
 impl GroupConfig {
@@ -67,6 +81,7 @@ impl GroupConfig {
             wakeup_fraction: DEFAULT_WAKEUP_FRACTION,
             clockid: libc::CLOCK_MONOTONIC,
             format: SampleFormat::LEAN,
+            grouped: true,
         }
     }
 }
@@ -121,7 +136,10 @@ fn sample_clock(clockid: i32) -> Result<u64, PerfError> {
 #[derive(Debug)]
 struct CpuRing {
     cpu: u32,
-    /// Indexed like `GroupConfig::events`; `fds[0]` owns the ring, the others write into it.
+    /// A dummy event that owns the ring and is polled; the group leader, read for every
+    /// count of the group at once, when the events are grouped.
+    leader: OwnedFd,
+    /// Indexed like `GroupConfig::events`; each writes into the leader's ring.
     fds: Vec<OwnedFd>,
     ring: Ring,
     /// Samples reported lost by `PERF_RECORD_LOST` records.
@@ -131,9 +149,11 @@ struct CpuRing {
     /// Samples received, per distinct tracepoint (`PerfGroup::types`).
     received: Vec<u64>,
     snap: Option<Snap>,
-    /// Per event: its count and lost count, read once it was off. An event that is
-    /// off counts nothing, and `--max-rate` keeps most of the parts of its sample off:
-    /// they are read once, not at every snapshot.
+    /// The leader's group read, reused.
+    buf: Vec<u8>,
+    /// Events read one by one: per event, its count and lost count, read once it was
+    /// off. An event that is off counts nothing, and `--max-rate` keeps most of the
+    /// parts of its sample off: they are read once, not at every snapshot.
     frozen: Vec<Option<[u64; 2]>>,
 }
 
@@ -211,7 +231,8 @@ pub struct PerfGroup {
     enabled: bool,
     names: Vec<String>,
     rings: Vec<CpuRing>,
-    /// (perf id, event index), sorted by id, for a binary search per sample.
+    /// (perf id, event index), sorted by id, for a binary search per sample and per
+    /// value of a group read.
     ids: Vec<(u64, usize)>,
     /// The clock samples are stamped with (`GroupConfig::clockid`).
     clockid: i32,
@@ -223,6 +244,8 @@ pub struct PerfGroup {
     type_of: Vec<usize>,
     /// Whether the events were opened with `PERF_FORMAT_LOST`.
     lost_format: bool,
+    /// Whether each CPU's events are one group ([`GroupConfig::grouped`]).
+    grouped: bool,
 }
 
 impl PerfGroup {
@@ -286,34 +309,34 @@ impl PerfGroup {
         let mut rings = Vec::with_capacity(cfg.cpus.len());
         let mut ids = Vec::with_capacity(cfg.cpus.len() * cfg.events.len());
         for &cpu in &cfg.cpus {
+            let open = |attr: &perf_event_attr, group: Option<std::os::fd::BorrowedFd<'_>>| {
+                sys::perf_event_open(attr, -1, cpu as i32, group, u64::from(PERF_FLAG_FD_CLOEXEC))
+            };
+            let leader_error = |source| PerfError::Leader { cpu, source };
+            let mut attr = leader_attr(cfg.clockid, watermark);
+            if !lost_format {
+                attr.read_format &= !PERF_FORMAT_LOST;
+            }
+            let leader = match open(&attr, None) {
+                // A kernel before 6.0 refuses the read_format bit it does not know:
+                // the counts then come without the per-event lost count.
+                Err(e) if lost_format && e.raw_os_error() == Some(libc::EINVAL) => {
+                    attr.read_format &= !PERF_FORMAT_LOST;
+                    lost_format = false;
+                    open(&attr, None).map_err(leader_error)?
+                }
+                r => r.map_err(leader_error)?,
+            };
+            let ring = Ring::new(leader.as_fd(), cfg.mmap_pages, cpu)?;
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(cfg.events.len());
-            let mut ring = None;
             for (index, (event, filter)) in cfg.events.iter().zip(&filters).enumerate() {
                 let mut attr =
                     tracepoint_attr(event.tracefs_id, cfg.clockid, watermark, cfg.format);
-                let open = |attr: &perf_event_attr| {
-                    sys::perf_event_open(
-                        attr,
-                        -1,
-                        cpu as i32,
-                        None,
-                        u64::from(PERF_FLAG_FD_CLOEXEC),
-                    )
-                };
                 if !lost_format {
                     attr.read_format &= !PERF_FORMAT_LOST;
                 }
-                let fd = match open(&attr) {
-                    // A kernel before 6.0 refuses the read_format bit it does not know:
-                    // the counts then come without the per-event lost count.
-                    Err(e) if lost_format && e.raw_os_error() == Some(libc::EINVAL) => {
-                        attr.read_format &= !PERF_FORMAT_LOST;
-                        let fd = open(&attr).map_err(|e| open_error(event, cpu, needed, e))?;
-                        lost_format = false;
-                        fd
-                    }
-                    r => r.map_err(|e| open_error(event, cpu, needed, e))?,
-                };
+                let group = cfg.grouped.then(|| leader.as_fd());
+                let fd = open(&attr, group).map_err(|e| open_error(event, cpu, needed, e))?;
                 let ioctl_err = |op: &'static str| {
                     let name = event.name.clone();
                     move |source| PerfError::Ioctl {
@@ -323,11 +346,8 @@ impl PerfGroup {
                         source,
                     }
                 };
-                match fds.first() {
-                    None => ring = Some(Ring::new(fd.as_fd(), cfg.mmap_pages, cpu)?),
-                    Some(leader) => sys::set_output(fd.as_fd(), leader.as_fd())
-                        .map_err(ioctl_err("PERF_EVENT_IOC_SET_OUTPUT"))?,
-                }
+                sys::set_output(fd.as_fd(), leader.as_fd())
+                    .map_err(ioctl_err("PERF_EVENT_IOC_SET_OUTPUT"))?;
                 if let (Some(filter), Some(text)) = (filter, &event.filter) {
                     sys::set_filter(fd.as_fd(), filter).map_err(|source| {
                         if source.raw_os_error() == Some(libc::EINVAL) {
@@ -346,16 +366,16 @@ impl PerfGroup {
                 ids.push((id, index));
                 fds.push(fd);
             }
-            // `cfg.events` is non-empty, so the first iteration created the ring.
-            let ring = ring.ok_or(PerfError::NoEvents)?;
             rings.push(CpuRing {
                 cpu,
+                leader,
                 fds,
                 ring,
                 lost: 0,
                 kinds: RecordKinds::default(),
                 received: vec![0; types.len()],
                 snap: None,
+                buf: Vec::new(),
                 frozen: vec![None; cfg.events.len()],
             });
         }
@@ -372,6 +392,7 @@ impl PerfGroup {
             type_names,
             type_of,
             lost_format,
+            grouped: cfg.grouped,
         })
     }
 
@@ -429,10 +450,94 @@ impl PerfGroup {
         Some(out)
     }
 
-    /// Every event's count per distinct tracepoint of ring `r`, between two readings of
-    /// the sample clock (each `read(2)` is bracketed: the window is one syscall), and
-    /// its lost count.
+    /// Every event's count per distinct tracepoint of ring `r`, and its lost count.
     fn read_counts(&mut self, r: usize) -> Result<(Vec<Count>, Option<Vec<u64>>), PerfError> {
+        if self.grouped {
+            self.read_group(r)
+        } else {
+            self.read_each(r)
+        }
+    }
+
+    /// [`read_counts`](Self::read_counts) of grouped events: one group read of the
+    /// CPU's leader, between two readings of the sample clock (the window is that one
+    /// syscall, for every event alike).
+    fn read_group(&mut self, r: usize) -> Result<(Vec<Count>, Option<Vec<u64>>), PerfError> {
+        let clockid = self.clockid;
+        // Per value: the count, its id, and the lost count when asked for.
+        let words = if self.lost_format { 3 } else { 2 };
+        let ring = &mut self.rings[r];
+        let members = 1 + ring.fds.len();
+        let want = 8 * (1 + words * members);
+        ring.buf.resize(want, 0);
+        let at = sample_clock(clockid)?;
+        let n = sys::read_counter(ring.leader.as_fd(), &mut ring.buf).map_err(|source| {
+            PerfError::Leader {
+                cpu: ring.cpu,
+                source,
+            }
+        })?;
+        let read_by = sample_clock(clockid)?;
+        let buf = &ring.buf[..n.min(want)];
+        let word = |i: usize| {
+            buf.get(i * 8..i * 8 + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        if n < want || word(0) != Some(members as u64) {
+            return Err(PerfError::ShortGroupRead {
+                cpu: ring.cpu,
+                read: n,
+                want,
+                members: word(0),
+            });
+        }
+        let mut counted = vec![
+            Count {
+                at,
+                counted: 0,
+                read_by,
+            };
+            self.types.len()
+        ];
+        let mut lost = self.lost_format.then(|| vec![0u64; self.types.len()]);
+        let mut seen = 0;
+        for m in 0..members {
+            let base = 1 + m * words;
+            let (Some(value), Some(id)) = (word(base), word(base + 1)) else {
+                continue;
+            };
+            // The leader's own value (a dummy counts nothing) has no event index.
+            let Some(index) = self
+                .ids
+                .binary_search_by_key(&id, |&(id, _)| id)
+                .ok()
+                .map(|i| self.ids[i].1)
+            else {
+                continue;
+            };
+            seen += 1;
+            let t = self.type_of[index];
+            counted[t].counted = counted[t].counted.saturating_add(value);
+            if let (Some(v), Some(l)) = (lost.as_mut(), word(base + 2)) {
+                v[t] = v[t].saturating_add(l);
+            }
+        }
+        if seen != ring.fds.len() {
+            return Err(PerfError::ShortGroupRead {
+                cpu: ring.cpu,
+                read: n,
+                want,
+                members: word(0),
+            });
+        }
+        Ok((counted, lost))
+    }
+
+    /// [`read_counts`](Self::read_counts) of events opened alone: one `read(2)` per
+    /// event, each between two readings of the sample clock; a tracepoint's window runs
+    /// from before its first to after its last.
+    fn read_each(&mut self, r: usize) -> Result<(Vec<Count>, Option<Vec<u64>>), PerfError> {
         let clockid = self.clockid;
         let first = sample_clock(clockid)?;
         let mut counted = vec![
@@ -449,49 +554,49 @@ impl PerfGroup {
         for (index, fd) in ring.fds.iter().enumerate() {
             let t = self.type_of[index];
             let off = !self.enabled || !self.active.get(index).copied().unwrap_or(true);
-            if let Some([c, l]) = ring.frozen[index].filter(|_| off) {
+            let (c, l) = match ring.frozen[index].filter(|_| off) {
                 // Off: it counts nothing more, whenever it is read.
-                counted[t].counted = counted[t].counted.saturating_add(c);
-                if let Some(v) = lost.as_mut() {
-                    v[t] = v[t].saturating_add(l);
+                Some([c, l]) => (c, l),
+                None => {
+                    let mut buf = [0u8; 16];
+                    let want = if self.lost_format { 16 } else { 8 };
+                    let at = sample_clock(clockid)?;
+                    let n = sys::read_counter(fd.as_fd(), &mut buf[..want]).map_err(|source| {
+                        PerfError::Ioctl {
+                            op: "read of the event count",
+                            event: self.names[index].clone(),
+                            cpu: ring.cpu,
+                            source,
+                        }
+                    })?;
+                    let read_by = sample_clock(clockid)?;
+                    if n < want {
+                        return Err(PerfError::ShortCount {
+                            event: self.names[index].clone(),
+                            cpu: ring.cpu,
+                            read: n,
+                            want,
+                        });
+                    }
+                    let c = &mut counted[t];
+                    if !bracketed[t] {
+                        bracketed[t] = true;
+                        c.at = at;
+                    }
+                    c.read_by = read_by;
+                    let word = |i: usize| {
+                        u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]))
+                    };
+                    let read = (word(0), if self.lost_format { word(1) } else { 0 });
+                    if off {
+                        ring.frozen[index] = Some([read.0, read.1]);
+                    }
+                    read
                 }
-                continue;
-            }
-            let mut buf = [0u8; 16];
-            let want = if self.lost_format { 16 } else { 8 };
-            let at = sample_clock(clockid)?;
-            let n = sys::read_counter(fd.as_fd(), &mut buf[..want]).map_err(|source| {
-                PerfError::Ioctl {
-                    op: "read of the event count",
-                    event: self.names[index].clone(),
-                    cpu: ring.cpu,
-                    source,
-                }
-            })?;
-            let read_by = sample_clock(clockid)?;
-            let c = &mut counted[t];
-            if !bracketed[t] {
-                bracketed[t] = true;
-                c.at = at;
-            }
-            c.read_by = read_by;
-            if n < want {
-                return Err(PerfError::ShortCount {
-                    event: self.names[index].clone(),
-                    cpu: ring.cpu,
-                    read: n,
-                    want,
-                });
-            }
-            let word =
-                |i: usize| u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-            let (c, l) = (word(0), if self.lost_format { word(1) } else { 0 });
+            };
             counted[t].counted = counted[t].counted.saturating_add(c);
             if let Some(v) = lost.as_mut() {
                 v[t] = v[t].saturating_add(l);
-            }
-            if off {
-                ring.frozen[index] = Some([c, l]);
             }
         }
         Ok((counted, lost))
@@ -515,15 +620,21 @@ impl PerfGroup {
     }
 
     /// Turn event `index` (as given to [`PerfGroup::open`]) on or off on every CPU.
-    /// Before [`PerfGroup::enable`], only marks it: `enable` leaves it off.
+    /// Before [`PerfGroup::enable`], only marks it: `enable` leaves it off. While
+    /// enabled, only for events opened alone ([`GroupConfig::grouped`] false).
     pub fn set_active(&mut self, index: usize, on: bool) -> Result<(), PerfError> {
-        let Some(a) = self.active.get_mut(index) else {
+        let Some(a) = self.active.get(index) else {
             return Ok(());
         };
         if *a == on {
             return Ok(());
         }
-        *a = on;
+        if self.grouped && self.enabled {
+            return Err(PerfError::GroupedToggle {
+                event: self.names.get(index).cloned().unwrap_or_default(),
+            });
+        }
+        self.active[index] = on;
         for r in &mut self.rings {
             r.frozen[index] = None;
         }
@@ -551,7 +662,8 @@ impl PerfGroup {
         Ok(())
     }
 
-    /// Starts recording on every event and CPU.
+    /// Starts recording on every event and CPU: the events first, then each CPU's
+    /// leader, which starts its group at once.
     pub fn enable(&mut self) -> Result<(), PerfError> {
         self.enabled = true;
         self.thaw();
@@ -562,16 +674,19 @@ impl PerfGroup {
             } else {
                 Ok(())
             }
-        })
+        })?;
+        self.for_each_leader("PERF_EVENT_IOC_ENABLE", sys::enable)
     }
 
-    /// Stops recording; what is already in the rings can still be drained.
+    /// Stops recording; what is already in the rings can still be drained. Each CPU's
+    /// leader first, which stops its whole group at once.
     pub fn disable(&mut self) -> Result<(), PerfError> {
         self.enabled = false;
-        let done = self.for_each_fd("PERF_EVENT_IOC_DISABLE", |_, fd| sys::disable(fd));
-        // Counts read before the ioctl are not final.
+        let leaders = self.for_each_leader("PERF_EVENT_IOC_DISABLE", sys::disable);
+        let events = self.for_each_fd("PERF_EVENT_IOC_DISABLE", |_, fd| sys::disable(fd));
+        // Counts read before the ioctls are not final.
         self.thaw();
-        done
+        leaders.and(events)
     }
 
     /// Forget the counts read while off: the events' state changed.
@@ -579,6 +694,22 @@ impl PerfGroup {
         for r in &mut self.rings {
             r.frozen.iter_mut().for_each(|f| *f = None);
         }
+    }
+
+    fn for_each_leader(
+        &self,
+        op: &'static str,
+        call: fn(std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
+    ) -> Result<(), PerfError> {
+        for r in &self.rings {
+            call(r.leader.as_fd()).map_err(|source| PerfError::Ioctl {
+                op,
+                event: "group leader (dummy)".into(),
+                cpu: r.cpu,
+                source,
+            })?;
+        }
+        Ok(())
     }
 
     fn for_each_fd(
@@ -606,9 +737,8 @@ impl PerfGroup {
         let mut fds: Vec<libc::pollfd> = self
             .rings
             .iter()
-            .filter_map(|r| r.fds.first())
-            .map(|fd| libc::pollfd {
-                fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+            .map(|r| libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(&r.leader),
                 events: libc::POLLIN,
                 revents: 0,
             })
@@ -623,6 +753,16 @@ impl PerfGroup {
     /// Number of events opened on each CPU.
     pub fn event_count(&self) -> usize {
         self.names.len()
+    }
+
+    /// `read(2)` calls a [`snapshot`](PerfGroup::snapshot) makes: one per CPU when
+    /// grouped, else one per event and CPU.
+    pub fn reads_per_snapshot(&self) -> usize {
+        if self.grouped {
+            self.rings.len()
+        } else {
+            self.rings.len() * self.names.len()
+        }
     }
 
     /// Number of rings (one per configured CPU).
@@ -737,6 +877,28 @@ fn tracepoint_attr(
     attr.set_disabled(1);
     // No `sample_id_all`: a LOST record is counted against its ring, and its body has
     // the event id; the trailer would be parsed by nobody.
+    attr.set_sample_id_all(0);
+    attr.set_use_clockid(1);
+    attr.set_watermark(1);
+    attr
+}
+
+/// Each CPU's group leader: a dummy software event (it counts and samples nothing) that
+/// owns the ring, with the tracepoints' clock (a ring takes one) and wake-up
+/// watermark, read for the whole group's counts (see the module doc).
+fn leader_attr(clockid: i32, watermark: u32) -> perf_event_attr {
+    let mut attr = perf_event_attr {
+        type_: perf_event_open_sys::bindings::PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<perf_event_attr>() as u32,
+        config: u64::from(perf_event_open_sys::bindings::PERF_COUNT_SW_DUMMY),
+        clockid,
+        read_format: u64::from(perf_event_open_sys::bindings::PERF_FORMAT_GROUP)
+            | u64::from(perf_event_open_sys::bindings::PERF_FORMAT_ID)
+            | PERF_FORMAT_LOST,
+        ..Default::default()
+    };
+    attr.__bindgen_anon_2.wakeup_watermark = watermark;
+    attr.set_disabled(1);
     attr.set_sample_id_all(0);
     attr.set_use_clockid(1);
     attr.set_watermark(1);
@@ -1113,10 +1275,12 @@ mod tests {
         // This thread's calls only: other tests fire the same tracepoint, and one of
         // theirs between a count's reading and the clock's would be received uncounted.
         let mine = format!("common_pid == {}", nix::unistd::gettid());
-        let cfg = GroupConfig::new(
+        let mut cfg = GroupConfig::new(
             vec![spec(id, Some(&mine)), spec(id, Some(&mine))],
             online_cpus().unwrap(),
         );
+        // Turned on and off one by one while enabled, as --max-rate does.
+        cfg.grouped = false;
         let Some(mut group) = open_or_skip(&cfg) else {
             return;
         };
@@ -1145,6 +1309,56 @@ mod tests {
         check(&mut group, 230);
         group.disable().unwrap();
         check(&mut group, 230);
+    }
+
+    /// Grouped (the default): one group read per CPU gives every event's count, the
+    /// same as what arrived, before and after the group is stopped; an event marked off
+    /// before the start stays off, and turning one on while the group runs is refused
+    /// rather than left silently off.
+    #[test]
+    fn one_group_read_per_cpu_counts_every_event() {
+        let Some(id) = event_id() else { return };
+        let mine = format!("common_pid == {}", nix::unistd::gettid());
+        let cfg = GroupConfig::new(
+            vec![
+                spec(id, Some(&mine)),
+                spec(id, Some(&mine)),
+                spec(id, Some(&mine)),
+            ],
+            online_cpus().unwrap(),
+        );
+        assert!(cfg.grouped);
+        let Some(mut group) = open_or_skip(&cfg) else {
+            return;
+        };
+        group.set_active(2, false).unwrap();
+        group.enable().unwrap();
+        let check = |group: &mut PerfGroup, want: u64| {
+            group.snapshot().unwrap();
+            for ring in 0..group.ring_count() {
+                group.drain_ring(ring, |_| {});
+            }
+            let tallies = group.settle().unwrap();
+            let counted: u64 = tallies.iter().map(|t| t.counted).sum();
+            let received: u64 = tallies.iter().map(|t| t.received).sum();
+            assert_eq!(received, want, "{tallies:?}");
+            assert_eq!(counted, received, "{tallies:?}");
+            // One read per CPU: every event of a ring shares its clock window.
+            for t in &tallies {
+                assert!(t.at <= t.read_by, "{t:?}");
+            }
+        };
+        fire(100);
+        check(&mut group, 200);
+        match group.set_active(2, true) {
+            Err(PerfError::GroupedToggle { .. }) => {}
+            other => panic!("turning a member on while the group runs: {other:?}"),
+        }
+        fire(40);
+        check(&mut group, 280);
+        group.disable().unwrap();
+        fire(10);
+        check(&mut group, 280);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! What the host offers a run: its online CPUs (one ring each) and the descriptor limit
-//! (one descriptor per event per CPU). Reads sysfs and rlimits; opens nothing.
+//! (one descriptor per event per CPU, and one per CPU for its ring). Reads sysfs and
+//! rlimits; opens nothing.
 
 use super::PerfError;
 
@@ -8,10 +9,12 @@ use super::PerfError;
 pub const FD_MARGIN: u64 = 64;
 
 /// Descriptors a group of `events` events on `cpus` CPUs needs: one per event per CPU
-/// (the rings are mappings and need none), plus [`FD_MARGIN`]. nvme-tcp (20+ events) on
-/// 64 CPUs is past the usual soft limit of 1,024.
+/// and one per CPU for the dummy event that owns its ring and leads its group (the
+/// rings are mappings and need none), plus [`FD_MARGIN`]. nvme-tcp (20+ events) on 64
+/// CPUs is past the usual soft limit of 1,024.
 pub fn fds_needed(events: usize, cpus: usize) -> u64 {
     (events as u64)
+        .saturating_add(1)
         .saturating_mul(cpus as u64)
         .saturating_add(FD_MARGIN)
 }
@@ -149,9 +152,9 @@ mod tests {
 
     #[test]
     fn fds_needed_counts_every_event_on_every_cpu() {
-        assert_eq!(fds_needed(3, 2), 6 + FD_MARGIN);
+        assert_eq!(fds_needed(3, 2), 8 + FD_MARGIN);
         // nvme-tcp host and target (24 events) on 64 CPUs is past the common 1,024.
-        assert_eq!(fds_needed(24, 64), 1_536 + FD_MARGIN);
+        assert_eq!(fds_needed(24, 64), 1_600 + FD_MARGIN);
         assert!(fds_needed(24, 64) > 1_024);
         assert_eq!(fds_needed(usize::MAX, usize::MAX), u64::MAX);
     }

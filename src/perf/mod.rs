@@ -53,7 +53,7 @@ pub enum PerfError {
     },
     #[error(
         "perf_event_open of {event} on CPU {cpu} failed: out of file descriptors (EMFILE). \
-         This run holds one per event per CPU, about {needed} with the margin, and \
+         This run holds one per event per CPU and one per CPU for its ring, about {needed} with the margin, and \
          RLIMIT_NOFILE is {soft} (hard limit {hard}); ntprof-perf raises the soft limit up to \
          the hard one by itself, so raise the hard limit (`ulimit -Hn {needed}` as root, or \
          LimitNOFILE= for a service) or trace fewer events (another profile, or for \
@@ -129,6 +129,14 @@ pub enum PerfError {
     BadPageCount { pages: usize },
     #[error("wakeup fraction must be at least 1 (wake when the ring is 1/N full), got {0}")]
     BadWakeupFraction(u32),
+    #[error("the group read of CPU {cpu}'s event counts returned {read} bytes for {members:?} members, expected {want} bytes with one value per event opened and the leader")]
+    ShortGroupRead {
+        cpu: u32,
+        read: usize,
+        want: usize,
+        /// The member count the kernel gave, if it gave one.
+        members: Option<u64>,
+    },
     #[error("read of the count of {event} on CPU {cpu} returned {read} bytes, expected {want}")]
     ShortCount {
         event: String,
@@ -136,6 +144,10 @@ pub enum PerfError {
         read: usize,
         want: usize,
     },
+    #[error("{event} is one of a perf group, which cannot turn its events on and off one by one while it runs (a member turned on does not start): open the events with `GroupConfig::grouped` false")]
+    GroupedToggle { event: String },
+    #[error("the group leader of CPU {cpu} (a dummy software event that owns the ring and is read for the counts) failed: {source}")]
+    Leader { cpu: u32, source: io::Error },
     #[error("no events to open")]
     NoEvents,
     #[error("no CPUs to open events on")]
