@@ -312,7 +312,18 @@ impl PerfGroup {
             let open = |attr: &perf_event_attr, group: Option<std::os::fd::BorrowedFd<'_>>| {
                 sys::perf_event_open(attr, -1, cpu as i32, group, u64::from(PERF_FLAG_FD_CLOEXEC))
             };
-            let leader_error = |source| PerfError::Leader { cpu, source };
+            // Refused for want of rights or descriptors: the same advice as for an event.
+            let leader_error = |source: io::Error| match source.raw_os_error() {
+                Some(libc::EACCES | libc::EPERM | libc::EMFILE | libc::ENFILE) => {
+                    let dummy = EventSpec {
+                        name: "the dummy event that owns the ring".into(),
+                        tracefs_id: 0,
+                        filter: None,
+                    };
+                    open_error(&dummy, cpu, needed, source)
+                }
+                _ => PerfError::Leader { cpu, source },
+            };
             let mut attr = leader_attr(cfg.clockid, watermark);
             if !lost_format {
                 attr.read_format &= !PERF_FORMAT_LOST;
@@ -554,49 +565,49 @@ impl PerfGroup {
         for (index, fd) in ring.fds.iter().enumerate() {
             let t = self.type_of[index];
             let off = !self.enabled || !self.active.get(index).copied().unwrap_or(true);
-            let (c, l) = match ring.frozen[index].filter(|_| off) {
+            if let Some([c, l]) = ring.frozen[index].filter(|_| off) {
                 // Off: it counts nothing more, whenever it is read.
-                Some([c, l]) => (c, l),
-                None => {
-                    let mut buf = [0u8; 16];
-                    let want = if self.lost_format { 16 } else { 8 };
-                    let at = sample_clock(clockid)?;
-                    let n = sys::read_counter(fd.as_fd(), &mut buf[..want]).map_err(|source| {
-                        PerfError::Ioctl {
-                            op: "read of the event count",
-                            event: self.names[index].clone(),
-                            cpu: ring.cpu,
-                            source,
-                        }
-                    })?;
-                    let read_by = sample_clock(clockid)?;
-                    if n < want {
-                        return Err(PerfError::ShortCount {
-                            event: self.names[index].clone(),
-                            cpu: ring.cpu,
-                            read: n,
-                            want,
-                        });
-                    }
-                    let c = &mut counted[t];
-                    if !bracketed[t] {
-                        bracketed[t] = true;
-                        c.at = at;
-                    }
-                    c.read_by = read_by;
-                    let word = |i: usize| {
-                        u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]))
-                    };
-                    let read = (word(0), if self.lost_format { word(1) } else { 0 });
-                    if off {
-                        ring.frozen[index] = Some([read.0, read.1]);
-                    }
-                    read
+                counted[t].counted = counted[t].counted.saturating_add(c);
+                if let Some(v) = lost.as_mut() {
+                    v[t] = v[t].saturating_add(l);
                 }
-            };
+                continue;
+            }
+            let mut buf = [0u8; 16];
+            let want = if self.lost_format { 16 } else { 8 };
+            let at = sample_clock(clockid)?;
+            let n = sys::read_counter(fd.as_fd(), &mut buf[..want]).map_err(|source| {
+                PerfError::Ioctl {
+                    op: "read of the event count",
+                    event: self.names[index].clone(),
+                    cpu: ring.cpu,
+                    source,
+                }
+            })?;
+            let read_by = sample_clock(clockid)?;
+            let c = &mut counted[t];
+            if !bracketed[t] {
+                bracketed[t] = true;
+                c.at = at;
+            }
+            c.read_by = read_by;
+            if n < want {
+                return Err(PerfError::ShortCount {
+                    event: self.names[index].clone(),
+                    cpu: ring.cpu,
+                    read: n,
+                    want,
+                });
+            }
+            let word =
+                |i: usize| u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+            let (c, l) = (word(0), if self.lost_format { word(1) } else { 0 });
             counted[t].counted = counted[t].counted.saturating_add(c);
             if let Some(v) = lost.as_mut() {
                 v[t] = v[t].saturating_add(l);
+            }
+            if off {
+                ring.frozen[index] = Some([c, l]);
             }
         }
         Ok((counted, lost))
