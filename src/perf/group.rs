@@ -715,7 +715,7 @@ impl PerfGroup {
         for r in &self.rings {
             call(r.leader.as_fd()).map_err(|source| PerfError::Ioctl {
                 op,
-                event: "group leader (dummy)".into(),
+                event: "the dummy event that owns the ring".into(),
                 cpu: r.cpu,
                 source,
             })?;
