@@ -495,13 +495,14 @@ impl PerfGroup {
                 .and_then(|b| b.try_into().ok())
                 .map(u64::from_le_bytes)
         };
+        let short = || PerfError::ShortGroupRead {
+            cpu: ring.cpu,
+            read: n,
+            want,
+            members: word(0),
+        };
         if n < want || word(0) != Some(members as u64) {
-            return Err(PerfError::ShortGroupRead {
-                cpu: ring.cpu,
-                read: n,
-                want,
-                members: word(0),
-            });
+            return Err(short());
         }
         let mut counted = vec![
             Count {
@@ -519,12 +520,7 @@ impl PerfGroup {
                 continue;
             };
             // The leader's own value (a dummy counts nothing) has no event index.
-            let Some(index) = self
-                .ids
-                .binary_search_by_key(&id, |&(id, _)| id)
-                .ok()
-                .map(|i| self.ids[i].1)
-            else {
+            let Some(index) = index_of(&self.ids, id) else {
                 continue;
             };
             seen += 1;
@@ -535,12 +531,7 @@ impl PerfGroup {
             }
         }
         if seen != ring.fds.len() {
-            return Err(PerfError::ShortGroupRead {
-                cpu: ring.cpu,
-                read: n,
-                want,
-                members: word(0),
-            });
+            return Err(short());
         }
         Ok((counted, lost))
     }
@@ -788,11 +779,7 @@ impl PerfGroup {
 
     /// Index into `GroupConfig::events` of the event with this `PERF_SAMPLE_IDENTIFIER`.
     pub fn event_index(&self, perf_id: u64) -> Option<usize> {
-        self.ids
-            .binary_search_by_key(&perf_id, |&(id, _)| id)
-            .ok()
-            .and_then(|i| self.ids.get(i))
-            .map(|&(_, index)| index)
+        index_of(&self.ids, perf_id)
     }
 
     /// Passes every pending record of ring `ring` to `f`, then frees the space. Malformed
@@ -914,6 +901,14 @@ fn leader_attr(clockid: i32, watermark: u32) -> perf_event_attr {
     attr.set_use_clockid(1);
     attr.set_watermark(1);
     attr
+}
+
+/// The event index under `perf_id` in `ids` (sorted by id).
+fn index_of(ids: &[(u64, usize)], perf_id: u64) -> Option<usize> {
+    ids.binary_search_by_key(&perf_id, |&(id, _)| id)
+        .ok()
+        .and_then(|i| ids.get(i))
+        .map(|&(_, index)| index)
 }
 
 fn open_error(event: &EventSpec, cpu: u32, needed: u64, source: io::Error) -> PerfError {

@@ -53,8 +53,8 @@ pub enum PerfError {
     },
     #[error(
         "perf_event_open of {event} on CPU {cpu} failed: out of file descriptors (EMFILE). \
-         This run holds one per event per CPU and one per CPU for its ring, about {needed} with the margin, and \
-         RLIMIT_NOFILE is {soft} (hard limit {hard}); ntprof-perf raises the soft limit up to \
+         This run holds one per event per CPU and one per CPU for its ring, about {needed} \
+         with the margin, and RLIMIT_NOFILE is {soft} (hard limit {hard}); ntprof-perf raises the soft limit up to \
          the hard one by itself, so raise the hard limit (`ulimit -Hn {needed}` as root, or \
          LimitNOFILE= for a service) or trace fewer events (another profile, or for \
          nvme-tcp one --side)"

@@ -199,19 +199,18 @@ pub(crate) fn walk_records(
 /// a length the compiler cannot see, on every record.
 #[inline]
 fn record_size(first: &[u8], second: &[u8], pos: usize) -> Option<u16> {
-    let at = |part: &[u8], p: usize| {
-        let h = part.get(p..p.checked_add(HEADER_LEN)?)?;
-        Some(u16::from_le_bytes([h[6], h[7]]))
+    let (part, p) = match pos.checked_sub(first.len()) {
+        Some(p) => (second, p),
+        None => (first, pos),
     };
-    if pos < first.len() {
-        if let Some(size) = at(first, pos) {
-            return Some(size);
-        }
-        let mut header = [0u8; HEADER_LEN];
-        return copy_out(first, second, pos, &mut header)
-            .then(|| u16::from_le_bytes([header[6], header[7]]));
-    }
-    at(second, pos - first.len())
+    let mut copy = [0u8; HEADER_LEN];
+    let header = match part.get(p..p.checked_add(HEADER_LEN)?) {
+        Some(h) => h,
+        // Straddling the split: the one header per wrap that is copied.
+        None if copy_out(first, second, pos, &mut copy) => &copy[..],
+        None => return None,
+    };
+    Some(u16::from_le_bytes([header[6], header[7]]))
 }
 
 /// Copies `out.len()` bytes starting at logical offset `pos` of `first ++ second` into
