@@ -316,7 +316,7 @@ impl PerfGroup {
             let leader_error = |source: io::Error| match source.raw_os_error() {
                 Some(libc::EACCES | libc::EPERM | libc::EMFILE | libc::ENFILE) => {
                     let dummy = EventSpec {
-                        name: "the dummy event that owns the ring".into(),
+                        name: LEADER_NAME.into(),
                         tracefs_id: 0,
                         filter: None,
                     };
@@ -706,7 +706,7 @@ impl PerfGroup {
         for r in &self.rings {
             call(r.leader.as_fd()).map_err(|source| PerfError::Ioctl {
                 op,
-                event: "the dummy event that owns the ring".into(),
+                event: LEADER_NAME.into(),
                 cpu: r.cpu,
                 source,
             })?;
@@ -880,6 +880,9 @@ fn tracepoint_attr(
     attr.set_watermark(1);
     attr
 }
+
+/// How errors name a CPU's group leader.
+const LEADER_NAME: &str = "the dummy event that owns the ring";
 
 /// Each CPU's group leader: a dummy software event (it counts and samples nothing) that
 /// owns the ring, with the tracepoints' clock (a ring takes one) and wake-up
