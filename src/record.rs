@@ -144,8 +144,8 @@ impl Value<'_> {
     }
 
     /// The one rendering of a value, into either kind of buffer.
-    #[inline]
-    fn render<O: TextOut>(&self, out: &mut O) {
+    #[inline(always)]
+    pub(crate) fn render<O: TextOut>(&self, out: &mut O) {
         match self {
             Value::Empty => {}
             Value::U64(v) | Value::Time(v) => out.u64(*v),
@@ -177,87 +177,116 @@ impl Value<'_> {
     }
 }
 
-/// "00", "01", … "99": two digits per division.
-const PAIRS: &[u8; 200] = b"\
-0001020304050607080910111213141516171819\
-2021222324252627282930313233343536373839\
-4041424344454647484950515253545556575859\
-6061626364656667686970717273747576777879\
-8081828384858687888990919293949596979899";
+/// '0' in every byte: digit values (0–9) plus this are their ASCII.
+const ASCII_ZEROS: u64 = 0x3030_3030_3030_3030;
 
-/// The decimal digits of `v` in `buf`, ending before `end`; returns where they start.
-/// Two digits per step, in 32-bit arithmetic below 10^8 (cheaper than 64-bit).
-#[inline]
-fn digits(buf: &mut [u8; 20], end: usize, v: u64) -> usize {
-    let mut i = end;
-    let mut small = if v >= 100_000_000 {
-        // Eight digits at a time from the bottom, then the top as a 32-bit number.
-        let mut hi = v;
-        loop {
-            let lo = (hi % 100_000_000) as u32;
-            hi /= 100_000_000;
-            i -= 8;
-            eight(buf, i, lo);
-            if hi < 100_000_000 {
-                break hi as u32;
+/// `v` < 10^8 as its eight decimal digit values, the most significant in the lowest
+/// byte (so the word's little-endian bytes read in order). All digits are computed at
+/// once in lanes of one register: no loop, no table, no division instruction.
+#[inline(always)]
+pub(crate) fn digit_lanes(v: u32) -> u64 {
+    let v = v as u64;
+    // Two 4-digit halves in 32-bit lanes, the high half in the low lane.
+    let x = (v / 10_000) | ((v % 10_000) << 32);
+    // Per lane, / 100 by multiply and shift (exact below 43,699; lanes hold < 10^4, and
+    // no product reaches the next lane): 2-digit values in 16-bit lanes.
+    let q = ((x * 10_486) >> 20) & 0x0000_007f_0000_007f;
+    let y = q | ((x - q * 100) << 16);
+    // Per lane, / 10 the same way (exact below 179; lanes hold < 100): one digit a byte.
+    let t = ((y * 103) >> 10) & 0x000f_000f_000f_000f;
+    t | ((y - t * 10) << 8)
+}
+
+/// `v` < 10^4 as its four decimal digit values, as [`digit_lanes`] does eight.
+#[inline(always)]
+fn digit_lanes4(v: u32) -> u32 {
+    let q = (v * 5_243) >> 19;
+    let y = q | ((v - q * 100) << 16);
+    let t = ((y * 103) >> 10) & 0x000f_000f;
+    t | ((y - t * 10) << 8)
+}
+
+/// `v` < 10^8 as ASCII in a word's low bytes, without leading zeros, and how many
+/// bytes that is (1 for 0).
+#[inline(always)]
+fn short_word(v: u32) -> (u64, usize) {
+    // The count by branches, not from the digits: a predicted branch lets the next
+    // cell's store go ahead while these digits are still being computed. Short
+    // numbers (errors, depths, sizes) take the shorter paths.
+    if v < 10_000 {
+        let n = if v < 100 {
+            if v < 10 {
+                return (v as u64 | 0x30, 1);
             }
+            2
+        } else if v < 1_000 {
+            3
+        } else {
+            4
+        };
+        let d = (digit_lanes4(v) | 0x3030_3030) >> ((4 - n) * 8);
+        return (d as u64, n);
+    }
+    let n = if v < 1_000_000 {
+        if v < 100_000 {
+            5
+        } else {
+            6
         }
+    } else if v < 10_000_000 {
+        7
     } else {
-        v as u32
+        8
     };
-    while small >= 100 {
-        let k = (small % 100) as usize * 2;
-        small /= 100;
-        i -= 2;
-        buf[i] = PAIRS[k];
-        buf[i + 1] = PAIRS[k + 1];
-    }
-    if small >= 10 {
-        let k = small as usize * 2;
-        i -= 2;
-        buf[i] = PAIRS[k];
-        buf[i + 1] = PAIRS[k + 1];
-    } else if small > 0 || i == end {
-        i -= 1;
-        buf[i] = b'0' + small as u8;
-    }
-    i
+    ((digit_lanes(v) >> ((8 - n) * 8)) | ASCII_ZEROS, n)
 }
 
-/// `v` < 10^8 as exactly eight digits at `buf[at..at + 8]`.
-#[inline]
-fn eight(buf: &mut [u8; 20], at: usize, mut v: u32) {
-    for j in (0..4).rev() {
-        let k = (v % 100) as usize * 2;
-        v /= 100;
-        buf[at + 2 * j] = PAIRS[k];
-        buf[at + 2 * j + 1] = PAIRS[k + 1];
+/// `v`'s decimal digits as words: the first (1–8 digits) and up to two more of
+/// exactly eight.
+#[inline(always)]
+pub(crate) fn u64_words(v: u64) -> ((u64, usize), [u64; 2], usize) {
+    const E8: u64 = 100_000_000;
+    if v < E8 {
+        (short_word(v as u32), [0; 2], 0)
+    } else if v < E8 * E8 {
+        let lo = digit_lanes((v % E8) as u32) | ASCII_ZEROS;
+        (short_word((v / E8) as u32), [lo, 0], 1)
+    } else {
+        let (hi, rest) = (v / (E8 * E8), v % (E8 * E8));
+        let mid = digit_lanes((rest / E8) as u32) | ASCII_ZEROS;
+        let lo = digit_lanes((rest % E8) as u32) | ASCII_ZEROS;
+        (short_word(hi as u32), [mid, lo], 2)
     }
 }
 
-/// Decimal digits without `fmt`: the CSV path writes several per row.
+/// Decimal digits without `fmt`: stat labels and report cells.
 pub fn push_u64(out: &mut String, v: u64) {
-    let mut buf = [0u8; 20];
-    let i = digits(&mut buf, 20, v);
-    // The slice holds ASCII digits only.
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
+    let mut b = [0u8; 24];
+    let ((first, n), full, k) = u64_words(v);
+    b[..8].copy_from_slice(&first.to_le_bytes());
+    for (i, w) in full[..k].iter().enumerate() {
+        b[n + 8 * i..n + 8 * i + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    // The bytes are ASCII digits only.
+    out.push_str(std::str::from_utf8(&b[..n + 8 * k]).unwrap_or("0"));
 }
 
-/// [`push_u64`] into bytes, without the UTF-8 check.
+/// [`push_u64`] into bytes, for the CSV sink's rows: every word is stored whole (one
+/// 8-byte store, no `memcpy` of a variable length) and the buffer cut back to the
+/// digits.
 #[inline]
 pub fn put_u64(out: &mut Vec<u8>, v: u64) {
-    if v < 10 {
-        // Common in rows: error 0, small counts.
-        out.push(b'0' + v as u8);
-        return;
+    let ((first, n), full, k) = u64_words(v);
+    let len = out.len();
+    out.extend_from_slice(&first.to_le_bytes());
+    out.truncate(len + n);
+    for w in &full[..k] {
+        out.extend_from_slice(&w.to_le_bytes());
     }
-    let mut buf = [0u8; 20];
-    let i = digits(&mut buf, 20, v);
-    out.extend_from_slice(&buf[i..]);
 }
 
-/// Where [`Value`]s render: text (stat labels) or bytes (the CSV sink).
-trait TextOut {
+/// Where [`Value`]s render: text (stat labels), bytes, or a CSV row.
+pub(crate) trait TextOut {
     fn str(&mut self, s: &str);
     fn u64(&mut self, v: u64);
     /// `0x1f`.
@@ -631,16 +660,19 @@ impl<R: Tabled> IoRecord for R {
     /// cell).
     fn write_csv(&self, row: &mut CsvRow<'_>) {
         macro_rules! cells {
-            ($($i:literal)*) => {$(
+            ($row:ident: $($i:literal)*) => {$(
                 if $i < R::COLUMNS.len() {
-                    row.cell($i == 0, (R::COLUMNS[$i].get)(self));
+                    $row.cell($i == 0, (R::COLUMNS[$i].get)(self));
                 }
             )*};
         }
-        cells!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+        let mut w = row.split();
+        cells!(w: 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
         for c in R::COLUMNS.iter().skip(32) {
-            row.cell(false, (c.get)(self));
+            w.cell(false, (c.get)(self));
         }
+        let end = w.end();
+        row.resume(end);
     }
 }
 
@@ -846,7 +878,9 @@ mod tests {
 
     #[test]
     fn bytes_render_integers_as_fmt_does() {
-        let mut vals = vec![0, 9, 10, 99, 100, u64::MAX, u64::MAX - 1];
+        // Every value of the short paths (below 10^4, and past it into the 8-digit one).
+        let mut vals: Vec<u64> = (0..=100_000).collect();
+        vals.extend([u64::MAX, u64::MAX - 1]);
         for p in 1..20 {
             let t = 10u64.pow(p);
             vals.extend([t - 1, t, t + 1, t + t / 3]);

@@ -6,7 +6,7 @@
 //! (even SIGKILL, short of a write the kernel itself cuts) leaves a file of whole
 //! lines. `flush` (called every second by the live loop) bounds what a crash loses.
 
-use super::time::WallCache;
+use super::time::{Wall, WallCache};
 use super::SinkError;
 use crate::record::{IoRecord, Schema, Value};
 use std::fs::File;
@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 /// Rows are written out when this much is buffered.
 const CHUNK: usize = 1 << 16;
+/// Room past `CHUNK` for the row that crosses it; a longer row grows the buffer.
+const ROOM: usize = 4096;
 
 pub struct CsvSink {
     out: Box<dyn Write>,
@@ -23,8 +25,10 @@ pub struct CsvSink {
     file: Option<File>,
     /// Bytes the file holds, all whole lines.
     committed: u64,
-    /// Bytes, not a `String`: numbers are rendered without a UTF-8 check each.
+    /// Rows rendered and not yet written: `buf[..filled]`. The rest is room, zeroed
+    /// once, that rows are stored into in whole words (see [`CsvRow`]).
     buf: Vec<u8>,
+    filled: usize,
     what: String,
     clock: WallCache,
     rows: u64,
@@ -67,7 +71,8 @@ impl CsvSink {
             out,
             file: None,
             committed: 0,
-            buf: Vec::with_capacity(CHUNK + 4096),
+            buf: vec![0; CHUNK + ROOM],
+            filled: 0,
             what,
             clock: WallCache::new(clock),
             rows: 0,
@@ -86,29 +91,53 @@ impl CsvSink {
     }
 
     fn header(&mut self, schema: &Schema) -> Result<(), SinkError> {
+        let mut line = Vec::new();
         for (i, name) in schema.names().enumerate() {
             if i > 0 {
-                self.buf.push(b',');
+                line.push(b',');
             }
-            push_field(&mut self.buf, name);
+            push_field(&mut line, name);
         }
-        self.buf.push(b'\n');
+        line.push(b'\n');
+        self.put(&line);
         // The header goes out at once: a reader sees the columns before any row.
         self.flush()
     }
 
     pub fn record(&mut self, r: &dyn IoRecord) -> Result<(), SinkError> {
-        let clock = &mut self.clock;
-        r.write_csv(&mut CsvRow {
-            buf: &mut self.buf,
-            time: &mut |t, buf| clock.push_bytes(t, buf),
-        });
-        self.buf.push(b'\n');
+        loop {
+            let mut row = CsvRow {
+                out: &mut self.buf[self.filled..],
+                pos: 0,
+                short: false,
+                clock: &mut self.clock,
+            };
+            r.write_csv(&mut row);
+            row.byte(b'\n');
+            let (len, short) = (row.pos, row.short);
+            if !short {
+                self.filled += len;
+                break;
+            }
+            // Longer than the room left: now its length is known, make room and
+            // render it again.
+            self.buf.resize(self.filled + len + ROOM, 0);
+        }
         self.rows += 1;
-        if self.buf.len() >= CHUNK {
+        if self.filled >= CHUNK {
             self.write_buffered()?;
         }
         Ok(())
+    }
+
+    /// Append whole lines to what is buffered.
+    fn put(&mut self, bytes: &[u8]) {
+        let end = self.filled + bytes.len();
+        if end + ROOM > self.buf.len() {
+            self.buf.resize(end + ROOM, 0);
+        }
+        self.buf[self.filled..end].copy_from_slice(bytes);
+        self.filled = end;
     }
 
     /// A record whose start is rendered with another recording's clock (`merge`).
@@ -130,10 +159,10 @@ impl CsvSink {
     fn write_buffered(&mut self) -> Result<(), SinkError> {
         let mut done = 0;
         let res = loop {
-            if done == self.buf.len() {
+            if done == self.filled {
                 break Ok(());
             }
-            match self.out.write(&self.buf[done..]) {
+            match self.out.write(&self.buf[done..self.filled]) {
                 Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -155,7 +184,7 @@ impl CsvSink {
             done = whole;
         }
         self.committed += done as u64;
-        self.buf.clear();
+        self.filled = 0;
         res.map_err(|source| self.err(source))
     }
 
@@ -179,34 +208,175 @@ impl CsvSink {
 }
 
 /// A row being rendered: where [`IoRecord::write_csv`] puts its cells.
+///
+/// Cells are stored into a slice of zeroed room at a position held here, not pushed
+/// onto a `Vec`: a push reads the length back from memory after every byte stored
+/// (the byte might be the length), which chains each cell behind the last. Numbers
+/// are stored as whole 8-byte words and the position moved by their digits.
 pub struct CsvRow<'a> {
-    buf: &'a mut Vec<u8>,
-    /// A start time: wall-clock text from the sink's clock.
-    time: &'a mut dyn FnMut(u64, &mut Vec<u8>),
+    out: &'a mut [u8],
+    pos: usize,
+    /// A store did not fit: `pos` still counts on, so the row's length is known and
+    /// the sink renders it again with room for it.
+    short: bool,
+    /// Start times: wall-clock text from the sink's clock.
+    clock: &'a mut WallCache,
 }
 
 impl CsvRow<'_> {
+    /// A copy of the row to render cells through, held in locals; [`resume`] moves
+    /// this row on to where the copy ended. Through `&mut CsvRow` the position stays in
+    /// memory: every byte stored through `out` might be it, so it is read back after
+    /// each store, and each cell waits for the last.
+    ///
+    /// [`resume`]: CsvRow::resume
+    #[inline(always)]
+    pub fn split(&mut self) -> CsvRow<'_> {
+        CsvRow {
+            out: &mut *self.out,
+            pos: self.pos,
+            short: self.short,
+            clock: &mut *self.clock,
+        }
+    }
+
+    /// Where a copy from [`split`](CsvRow::split) ended.
+    #[inline(always)]
+    pub fn end(self) -> (usize, bool) {
+        (self.pos, self.short)
+    }
+
+    #[inline(always)]
+    pub fn resume(&mut self, (pos, short): (usize, bool)) {
+        self.pos = pos;
+        self.short = short;
+    }
+
     /// One cell, after a separator unless it is the row's first. Inlined into each
     /// column of [`IoRecord::write_csv`]'s unrolled table, where the `Value`'s variant is
     /// known and the match folds away.
     #[inline(always)]
     pub fn cell(&mut self, first: bool, v: Value<'_>) {
         if !first {
-            self.buf.push(b',');
+            self.byte(b',');
         }
         match v {
-            Value::Time(t) => (self.time)(t, self.buf),
-            Value::U64(v) => crate::record::put_u64(self.buf, v),
-            Value::Str(s) => push_field(self.buf, s),
-            Value::String(s) => push_field(self.buf, &s),
-            v => v.write_bytes(self.buf),
+            Value::Time(t) => self.time(t),
+            Value::U64(v) => crate::record::TextOut::u64(self, v),
+            Value::Str(s) => self.field(s),
+            Value::String(s) => self.field(&s),
+            v => v.render(self),
         }
     }
+
+    #[inline(always)]
+    fn byte(&mut self, b: u8) {
+        match self.out.get_mut(self.pos) {
+            Some(d) => *d = b,
+            None => self.short = true,
+        }
+        self.pos += 1;
+    }
+
+    /// `n` ≤ 8 bytes: all eight are stored (the rest is overwritten by what follows).
+    #[inline(always)]
+    fn word(&mut self, w: u64, n: usize) {
+        match self.out.get_mut(self.pos..self.pos + 8) {
+            Some(d) => d.copy_from_slice(&w.to_le_bytes()),
+            None => self.short = true,
+        }
+        self.pos += n;
+    }
+
+    #[inline(always)]
+    fn bytes(&mut self, b: &[u8]) {
+        match self.out.get_mut(self.pos..self.pos + b.len()) {
+            Some(d) => d.copy_from_slice(b),
+            None => self.short = true,
+        }
+        self.pos += b.len();
+    }
+
+    #[inline(always)]
+    fn time(&mut self, t: u64) {
+        match self.clock.wall(t) {
+            Wall::Cached { prefix, len, nanos } => {
+                // The whole block, then the position moved by the prefix's length.
+                match self.out.get_mut(self.pos..self.pos + prefix.len()) {
+                    Some(d) => d.copy_from_slice(prefix),
+                    None => self.short = true,
+                }
+                self.pos += len;
+                let d = super::time::nine_digits(nanos);
+                self.byte(d[0]);
+                let mut low = [0; 8];
+                low.copy_from_slice(&d[1..]);
+                self.word(u64::from_le_bytes(low), 8);
+            }
+            Wall::Full(s) => self.bytes(s.as_bytes()),
+        }
+    }
+
+    /// A text cell, quoted when it holds a separator, a quote or a line break.
+    #[inline(always)]
+    fn field(&mut self, s: &str) {
+        // Copied and checked in one pass, byte by byte: cells are short labels, where
+        // a `memcpy` call costs more than the copy.
+        if let Some(d) = self.out.get_mut(self.pos..self.pos + s.len()) {
+            let mut special = false;
+            for (d, &b) in d.iter_mut().zip(s.as_bytes()) {
+                *d = b;
+                special |= SPECIAL[b as usize];
+            }
+            if !special {
+                self.pos += s.len();
+                return;
+            }
+        }
+        let mut b = Vec::with_capacity(s.len() + 2);
+        push_field(&mut b, s);
+        self.bytes(&b);
+    }
+}
+
+/// The bytes that make a cell quoted.
+static SPECIAL: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b',' as usize] = true;
+    t[b'"' as usize] = true;
+    t[b'\n' as usize] = true;
+    t[b'\r' as usize] = true;
+    t
+};
+
+impl crate::record::TextOut for CsvRow<'_> {
+    #[inline(always)]
+    fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes())
+    }
+
+    #[inline(always)]
+    fn u64(&mut self, v: u64) {
+        let ((first, n), full, k) = crate::record::u64_words(v);
+        self.word(first, n);
+        for &w in &full[..k] {
+            self.word(w, 8);
+        }
+    }
+
+    #[inline(always)]
+    fn hex(&mut self, v: u64) {
+        self.bytes(format!("{v:#x}").as_bytes())
+    }
+}
+
+fn needs_quotes(s: &str) -> bool {
+    s.bytes().any(|b| SPECIAL[b as usize])
 }
 
 /// A cell, quoted when it holds a separator, a quote or a line break.
 fn push_field(buf: &mut Vec<u8>, s: &str) {
-    if s.bytes().any(|b| matches!(b, b',' | b'"' | b'\n' | b'\r')) {
+    if needs_quotes(s) {
         buf.push(b'"');
         for &b in s.as_bytes() {
             if b == b'"' {
@@ -280,8 +450,7 @@ mod tests {
             super::super::time::WallClock::now(),
         );
         s.file = Some(file);
-        s.buf
-            .extend_from_slice(b"a,b\n1,2\n3,4\n5,6\n7,8\n9,10\n11,12\n");
+        s.put(b"a,b\n1,2\n3,4\n5,6\n7,8\n9,10\n11,12\n");
         assert!(s.flush().is_err());
         let text = std::fs::read_to_string(&path).unwrap();
         // 27 bytes went out: 6 whole lines (25 bytes) and two bytes of the next.
@@ -329,27 +498,98 @@ mod tests {
         fn set_outcome(&mut self, _: crate::record::Status) {}
     }
 
+    const CLOCK: i128 = 1_795_219_200_000_000_000;
+
+    /// The cells `render` stores, as bytes.
+    fn rendered(render: impl FnOnce(&mut CsvRow<'_>)) -> Vec<u8> {
+        let mut out = vec![0; 1 << 16];
+        let mut clock = WallCache::new(super::super::time::WallClock::with_offset(CLOCK));
+        let mut row = CsvRow {
+            out: &mut out,
+            pos: 0,
+            short: false,
+            clock: &mut clock,
+        };
+        render(&mut row);
+        assert!(!row.short);
+        let n = row.pos;
+        out.truncate(n);
+        out
+    }
+
     /// `write_csv` unrolls the column table; each row must still be every column, in
     /// order, as the table's getters give it (tables wider than the unrolling too).
     fn by_the_table<R: crate::record::Tabled>(r: &R) -> Vec<u8> {
-        let mut buf = Vec::new();
-        let mut row = CsvRow {
-            buf: &mut buf,
-            time: &mut |t, b| crate::record::put_u64(b, t),
-        };
-        for (i, c) in R::COLUMNS.iter().enumerate() {
-            row.cell(i == 0, (c.get)(r));
-        }
-        buf
+        rendered(|row| {
+            for (i, c) in R::COLUMNS.iter().enumerate() {
+                row.cell(i == 0, (c.get)(r));
+            }
+        })
     }
 
     fn written<R: crate::record::Tabled>(r: &R) -> Vec<u8> {
-        let mut buf = Vec::new();
-        r.write_csv(&mut CsvRow {
-            buf: &mut buf,
-            time: &mut |t, b| crate::record::put_u64(b, t),
-        });
-        buf
+        rendered(|row| r.write_csv(row))
+    }
+
+    /// A row as the plain renderings give it: `Value::write_bytes`, `WallClock::format`
+    /// and `push_field`, none of the row writer's stores.
+    fn plainly<R: crate::record::Tabled>(r: &R) -> Vec<u8> {
+        let clock = super::super::time::WallClock::with_offset(CLOCK);
+        let mut b = Vec::new();
+        for (i, c) in R::COLUMNS.iter().enumerate() {
+            if i > 0 {
+                b.push(b',');
+            }
+            match (c.get)(r) {
+                Value::Time(t) => b.extend_from_slice(clock.format(t).as_bytes()),
+                Value::Str(s) => push_field(&mut b, s),
+                Value::String(s) => push_field(&mut b, &s),
+                v => v.write_bytes(&mut b),
+            }
+        }
+        b.push(b'\n');
+        b
+    }
+
+    #[test]
+    fn rows_come_out_as_plainly_rendered_across_chunks_and_past_the_room() {
+        use crate::sink::testrec::T;
+        let path = std::env::temp_dir().join(format!("ntprof-csv-rows-{}", std::process::id()));
+        let long: &'static str = "y".repeat(3 * ROOM).leak();
+        let ops = ["read", "write,x", long, "", "a\"b"];
+        let mut rng = fastrand::Rng::with_seed(7);
+        let rows: Vec<T> = (0..5_000u64)
+            .map(|i| {
+                let big = rng.u64(..) >> rng.u32(0..64);
+                T::new(
+                    i * 7_777_777 + rng.u64(..1_000),
+                    ops[(i % 5) as usize],
+                    (i % 3 != 0).then_some(big),
+                    (i % 4 != 0).then(|| -(big as i64 >> 1)),
+                )
+            })
+            .collect();
+        let clock = super::super::time::WallClock::with_offset(CLOCK);
+        let mut s =
+            CsvSink::create(Some(&path), <T as crate::record::Tabled>::table(), clock).unwrap();
+        let mut want = std::fs::read(&path).unwrap();
+        for r in &rows {
+            s.record(r).unwrap();
+            want.extend(plainly(r));
+        }
+        s.finish().unwrap();
+        let got = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(s.rows(), 5_000);
+        assert!(
+            got.len() > 4 * CHUNK,
+            "{} bytes: not across chunks",
+            got.len()
+        );
+        assert!(
+            got == want,
+            "the sink's rows differ from the plain rendering"
+        );
     }
 
     #[test]

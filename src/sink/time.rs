@@ -95,40 +95,53 @@ impl WallCache {
         (unix - sec_start) as u64
     }
 
-    /// `v` < 10^9 as nine digits.
-    fn nanos(mut v: u64) -> [u8; 9] {
-        let mut digits = [b'0'; 9];
-        for i in (1..9).step_by(2).rev() {
-            let k = (v % 100) as usize;
-            v /= 100;
-            digits[i] = b'0' + (k / 10) as u8;
-            digits[i + 1] = b'0' + (k % 10) as u8;
+    /// The wall-clock form of `mono_ns` (as [`WallClock::format`]) in the pieces a row
+    /// writer stores whole: the cached second's text and the nanoseconds after it.
+    #[inline]
+    pub fn wall(&mut self, mono_ns: u64) -> Wall<'_> {
+        let nanos = self.split(mono_ns);
+        if self.sec_start == i128::MIN {
+            return Wall::Full(format_utc(mono_ns as i128 + self.clock.offset_ns));
         }
-        digits[0] = b'0' + (v % 10) as u8;
-        digits
+        Wall::Cached {
+            prefix: &self.prefix,
+            len: self.prefix_len,
+            nanos: nanos as u32,
+        }
     }
 
     /// Append the wall-clock form of `mono_ns` (as [`WallClock::format`]).
-    pub fn push(&mut self, mono_ns: u64, out: &mut String) {
-        let mut b = Vec::with_capacity(64);
-        self.push_bytes(mono_ns, &mut b);
-        out.push_str(std::str::from_utf8(&b).unwrap_or(""));
-    }
-
-    /// [`push`](WallCache::push) into bytes (the CSV sink's buffer).
-    #[inline]
     pub fn push_bytes(&mut self, mono_ns: u64, out: &mut Vec<u8>) {
-        let nanos = self.split(mono_ns);
-        if self.sec_start == i128::MIN {
-            let unix = mono_ns as i128 + self.clock.offset_ns;
-            out.extend_from_slice(format_utc(unix).as_bytes());
-            return;
+        match self.wall(mono_ns) {
+            Wall::Cached { prefix, len, nanos } => {
+                out.extend_from_slice(&prefix[..len]);
+                out.extend_from_slice(&nine_digits(nanos));
+            }
+            Wall::Full(s) => out.extend_from_slice(s.as_bytes()),
         }
-        let len = out.len();
-        out.extend_from_slice(&self.prefix);
-        out.truncate(len + self.prefix_len);
-        out.extend_from_slice(&Self::nanos(nanos));
     }
+}
+
+/// A start time from [`WallCache::wall`].
+pub enum Wall<'a> {
+    /// `prefix[..len]` (`2026-11-21T13:59:01.`), then `nanos` as nine digits.
+    Cached {
+        prefix: &'a [u8; 32],
+        len: usize,
+        nanos: u32,
+    },
+    /// A time the cache does not hold (years past 9999), rendered in full.
+    Full(String),
+}
+
+/// `v` < 10^9 as exactly nine digits.
+#[inline]
+pub fn nine_digits(v: u32) -> [u8; 9] {
+    let mut d = [b'0'; 9];
+    d[0] += (v / 100_000_000) as u8;
+    let low = crate::record::digit_lanes(v % 100_000_000) | 0x3030_3030_3030_3030;
+    d[1..].copy_from_slice(&low.to_le_bytes());
+    d
 }
 
 /// Julian day number of 1970-01-01.
@@ -243,9 +256,6 @@ mod tests {
             1_000_000_007,
             86_400_000_000_123,
         ] {
-            let mut s = String::new();
-            cache.push(t, &mut s);
-            assert_eq!(s, c.format(t));
             let mut b = Vec::new();
             cache.push_bytes(t, &mut b);
             assert_eq!(b, c.format(t).as_bytes());
@@ -254,9 +264,9 @@ mod tests {
         let c = WallClock::with_offset(-2_500_000_000);
         let mut cache = WallCache::new(c);
         for t in [0u64, 3_000_000_000, 1, 2_499_999_999, 2_500_000_000, 7] {
-            let mut s = String::new();
-            cache.push(t, &mut s);
-            assert_eq!(s, c.format(t), "{t}");
+            let mut b = Vec::new();
+            cache.push_bytes(t, &mut b);
+            assert_eq!(b, c.format(t).as_bytes(), "{t}");
         }
     }
 
