@@ -200,6 +200,7 @@ pub(crate) fn digit_lanes(v: u32) -> u64 {
 /// `v` < 10^4 as its four decimal digit values, as [`digit_lanes`] does eight.
 #[inline(always)]
 fn digit_lanes4(v: u32) -> u32 {
+    // / 100 by multiply and shift, exact below 43,699.
     let q = (v * 5_243) >> 19;
     let y = q | ((v - q * 100) << 16);
     let t = ((y * 103) >> 10) & 0x000f_000f;
@@ -271,9 +272,8 @@ pub fn push_u64(out: &mut String, v: u64) {
     out.push_str(std::str::from_utf8(&b[..n + 8 * k]).unwrap_or("0"));
 }
 
-/// [`push_u64`] into bytes, for the CSV sink's rows: every word is stored whole (one
-/// 8-byte store, no `memcpy` of a variable length) and the buffer cut back to the
-/// digits.
+/// [`push_u64`] into bytes ([`Value::write_bytes`]; the CSV sink's rows store their
+/// words themselves, see `CsvRow`).
 #[inline]
 pub fn put_u64(out: &mut Vec<u8>, v: u64) {
     let ((first, n), full, k) = u64_words(v);
