@@ -109,17 +109,6 @@ impl WallCache {
             nanos: nanos as u32,
         }
     }
-
-    /// Append the wall-clock form of `mono_ns` (as [`WallClock::format`]).
-    pub fn push_bytes(&mut self, mono_ns: u64, out: &mut Vec<u8>) {
-        match self.wall(mono_ns) {
-            Wall::Cached { prefix, len, nanos } => {
-                out.extend_from_slice(&prefix[..len]);
-                out.extend_from_slice(&nine_digits(nanos));
-            }
-            Wall::Full(s) => out.extend_from_slice(s.as_bytes()),
-        }
-    }
 }
 
 /// A start time from [`WallCache::wall`].
@@ -204,6 +193,17 @@ pub fn parse_utc(s: &str) -> Option<i128> {
 mod tests {
     use super::*;
 
+    /// The wall-clock form of `mono_ns` from the cache's pieces, appended.
+    fn push_bytes(cache: &mut WallCache, mono_ns: u64, out: &mut Vec<u8>) {
+        match cache.wall(mono_ns) {
+            Wall::Cached { prefix, len, nanos } => {
+                out.extend_from_slice(&prefix[..len]);
+                out.extend_from_slice(&nine_digits(nanos));
+            }
+            Wall::Full(s) => out.extend_from_slice(s.as_bytes()),
+        }
+    }
+
     #[test]
     fn utc_round_trip() {
         for ns in [0i128, 1_795_219_200_000_000_001, 951_827_696_500_000_000] {
@@ -257,7 +257,7 @@ mod tests {
             86_400_000_000_123,
         ] {
             let mut b = Vec::new();
-            cache.push_bytes(t, &mut b);
+            push_bytes(&mut cache, t, &mut b);
             assert_eq!(b, c.format(t).as_bytes());
         }
         // Back and forth across seconds, and before the epoch.
@@ -265,7 +265,7 @@ mod tests {
         let mut cache = WallCache::new(c);
         for t in [0u64, 3_000_000_000, 1, 2_499_999_999, 2_500_000_000, 7] {
             let mut b = Vec::new();
-            cache.push_bytes(t, &mut b);
+            push_bytes(&mut cache, t, &mut b);
             assert_eq!(b, c.format(t).as_bytes(), "{t}");
         }
     }
