@@ -184,7 +184,7 @@ const ASCII_ZEROS: u64 = 0x3030_3030_3030_3030;
 /// byte (so the word's little-endian bytes read in order). All digits are computed at
 /// once in lanes of one register: no loop, no table, no division instruction.
 #[inline(always)]
-pub(crate) fn digit_lanes(v: u32) -> u64 {
+fn digit_lanes(v: u32) -> u64 {
     let v = v as u64;
     // Two 4-digit halves in 32-bit lanes, the high half in the low lane.
     let x = (v / 10_000) | ((v % 10_000) << 32);
@@ -195,6 +195,12 @@ pub(crate) fn digit_lanes(v: u32) -> u64 {
     // Per lane, / 10 the same way (exact below 179; lanes hold < 100): one digit a byte.
     let t = ((y * 103) >> 10) & 0x000f_000f_000f_000f;
     t | ((y - t * 10) << 8)
+}
+
+/// `v` < 10^8 as exactly eight ASCII digits, in order in the word's little-endian bytes.
+#[inline(always)]
+pub(crate) fn eight_ascii(v: u32) -> u64 {
+    digit_lanes(v) | ASCII_ZEROS
 }
 
 /// `v` < 10^4 as its four decimal digit values, as [`digit_lanes`] does eight.
@@ -250,12 +256,12 @@ pub(crate) fn u64_words(v: u64) -> ((u64, usize), [u64; 2], usize) {
     if v < E8 {
         (short_word(v as u32), [0; 2], 0)
     } else if v < E8 * E8 {
-        let lo = digit_lanes((v % E8) as u32) | ASCII_ZEROS;
+        let lo = eight_ascii((v % E8) as u32);
         (short_word((v / E8) as u32), [lo, 0], 1)
     } else {
         let (hi, rest) = (v / (E8 * E8), v % (E8 * E8));
-        let mid = digit_lanes((rest / E8) as u32) | ASCII_ZEROS;
-        let lo = digit_lanes((rest % E8) as u32) | ASCII_ZEROS;
+        let mid = eight_ascii((rest / E8) as u32);
+        let lo = eight_ascii((rest % E8) as u32);
         (short_word(hi as u32), [mid, lo], 2)
     }
 }

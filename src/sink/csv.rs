@@ -307,11 +307,9 @@ impl CsvRow<'_> {
                     None => self.short = true,
                 }
                 self.pos += len;
-                let d = super::time::nine_digits(nanos);
-                self.byte(d[0]);
-                let mut low = [0; 8];
-                low.copy_from_slice(&d[1..]);
-                self.word(u64::from_le_bytes(low), 8);
+                let (first, rest) = super::time::nine_digits(nanos);
+                self.byte(first);
+                self.word(rest, 8);
             }
             Wall::Full(s) => self.bytes(s.as_bytes()),
         }

@@ -123,14 +123,14 @@ pub enum Wall<'a> {
     Full(String),
 }
 
-/// `v` < 10^9 as exactly nine digits.
+/// `v` < 10^9 as exactly nine ASCII digits: the first, and a word of the other eight
+/// (in order in its little-endian bytes) that a row writer stores whole.
 #[inline]
-pub fn nine_digits(v: u32) -> [u8; 9] {
-    let mut d = [b'0'; 9];
-    d[0] += (v / 100_000_000) as u8;
-    let low = crate::record::digit_lanes(v % 100_000_000) | 0x3030_3030_3030_3030;
-    d[1..].copy_from_slice(&low.to_le_bytes());
-    d
+pub fn nine_digits(v: u32) -> (u8, u64) {
+    (
+        b'0' + (v / 100_000_000) as u8,
+        crate::record::eight_ascii(v % 100_000_000),
+    )
 }
 
 /// Julian day number of 1970-01-01.
@@ -198,7 +198,9 @@ mod tests {
         match cache.wall(mono_ns) {
             Wall::Cached { prefix, len, nanos } => {
                 out.extend_from_slice(&prefix[..len]);
-                out.extend_from_slice(&nine_digits(nanos));
+                let (first, rest) = nine_digits(nanos);
+                out.push(first);
+                out.extend_from_slice(&rest.to_le_bytes());
             }
             Wall::Full(s) => out.extend_from_slice(s.as_bytes()),
         }
