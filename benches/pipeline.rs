@@ -17,7 +17,8 @@
 //!
 //! Both modes then replay on two threads, as per-CPU decode threads would run it: one
 //! decodes each round into a batch per ring, the other (the consumer) orders and
-//! correlates; each thread's CPU per event, and the wall clock.
+//! correlates; each thread's CPU per event, and the wall clock. `nvme-tcp only` stops
+//! after the one-core replay, so that a profiler sees it alone.
 
 use ntprof_perf::correlate::{Correlator, Counters};
 use ntprof_perf::decode::{Decoder, Event, Layout};
@@ -552,6 +553,9 @@ fn nvme_tcp(ios: u64) {
         }
         decoder
     };
+    if std::env::var_os("NOREPLAY").is_some() {
+        return;
+    }
     let (secs, checksum) = report(
         "nvme-tcp, decode+order+correlate",
         &tree,
@@ -578,6 +582,9 @@ fn nvme_tcp(ios: u64) {
         },
     );
     let events: usize = streams.iter().map(|s| s.index.len()).sum();
+    if std::env::var_os("ONLYFULL").is_some() {
+        return;
+    }
     split::<TcpCorrelator, _>(&streams, decoder, secs * 1e9 / events as f64);
     let sum = |r: &TcpRecord| {
         assert_eq!(r.status(), Status::Ok, "{r:?}");
@@ -647,7 +654,7 @@ where
     L: Layout<C::Event> + ?Sized,
 {
     use std::sync::mpsc::{channel, sync_channel};
-    type Batches<K> = Vec<Vec<(u64, Event<K>)>>;
+    type Batches<K> = Vec<Vec<Event<K>>>;
     let (full, rounds) = sync_channel::<(u64, Batches<C::Event>)>(4);
     let (spent, empties) = channel::<Batches<C::Event>>();
     std::thread::scope(|s| {
@@ -675,15 +682,15 @@ where
         for (now, mut batches) in rounds {
             sorter.begin_round(now);
             for (cpu, b) in batches.iter_mut().enumerate() {
-                for &(t, ev) in b.iter() {
-                    sorter.push(cpu as u32, t, ev);
+                for &ev in b.iter() {
+                    sorter.push(cpu as u32, ev);
                 }
                 b.clear();
             }
-            sorter.end_round(|_, ev| corr.on_event(ev, out));
+            sorter.end_round(|ev| corr.on_event(ev, out));
             let _ = spent.send(batches);
         }
-        sorter.flush(|_, ev| corr.on_event(ev, out));
+        sorter.flush(|ev| corr.on_event(ev, out));
         corr.finish(out);
         let consumer = cpu_secs() - cpu0;
         let wall = start.elapsed().as_secs_f64();

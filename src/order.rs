@@ -44,11 +44,26 @@
 //! heap push or pop per event. Ties go to the lower source, and one source's events keep
 //! their ring order.
 
+/// What the sorter orders: a plain value that carries its own time, so that a queued
+/// event is stored once, without a copy of its time beside it (a queue's bytes are
+/// moved once in and once out per event).
+pub trait Stamped: Copy {
+    fn time(&self) -> u64;
+}
+
+/// A value and the time it is ordered by.
+impl<X: Copy> Stamped for (u64, X) {
+    #[inline]
+    fn time(&self) -> u64 {
+        self.0
+    }
+}
+
 /// One source's events in time order: a Vec read from `head`, so that taking an event
 /// is an index bump (events are `Copy`, small and plain), with none of a ring buffer's
 /// wrap arithmetic. Spent space is reclaimed after a release (see [`Queue::compact`]).
 struct Queue<T> {
-    items: Vec<(u64, T)>,
+    items: Vec<T>,
     head: usize,
 }
 
@@ -61,15 +76,15 @@ impl<T> Default for Queue<T> {
     }
 }
 
-impl<T: Copy> Queue<T> {
+impl<T: Stamped> Queue<T> {
     #[inline]
-    fn live(&self) -> &[(u64, T)] {
+    fn live(&self) -> &[T] {
         &self.items[self.head..]
     }
 
     #[inline]
     fn last_time(&self) -> Option<u64> {
-        self.live().last().map(|(t, _)| *t)
+        self.live().last().map(T::time)
     }
 
     /// Drop the events already taken once that is cheap: none left, or a quarter as
@@ -185,17 +200,18 @@ impl<T> Default for Sorter<T> {
 /// millions of queues.
 const MAX_SOURCES: usize = 1 << 14;
 
-impl<T: Copy> Sorter<T> {
+impl<T: Stamped> Sorter<T> {
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Queue an event of `source` (the CPU whose ring it came from).
     #[inline]
-    pub fn push(&mut self, source: u32, time: u64, item: T) {
+    pub fn push(&mut self, source: u32, item: T) {
+        let time = item.time();
         match self.tail(source, time) {
-            Some(q) => q.push((time, item)),
-            None => self.insert(source, time, item),
+            Some(q) => q.push(item),
+            None => self.insert(source, item),
         }
         self.queued(time);
     }
@@ -206,7 +222,7 @@ impl<T: Copy> Sorter<T> {
     /// than its ring's last). Either way the caller then reports the event with
     /// [`queued`](Self::queued).
     #[inline]
-    pub fn tail(&mut self, source: u32, time: u64) -> Option<&mut Vec<(u64, T)>> {
+    pub fn tail(&mut self, source: u32, time: u64) -> Option<&mut Vec<T>> {
         let q = self.queues.get_mut(source as usize)?;
         if q.last_time().is_some_and(|last| last > time) {
             return None;
@@ -232,14 +248,15 @@ impl<T: Copy> Sorter<T> {
     /// inline into the drain loop.
     #[cold]
     #[inline(never)]
-    pub fn insert(&mut self, source: u32, time: u64, item: T) {
+    pub fn insert(&mut self, source: u32, item: T) {
+        let time = item.time();
         let src = (source as usize).min(MAX_SOURCES - 1);
         if src >= self.queues.len() {
             self.queues.resize_with(src + 1, Queue::default);
         }
         let q = &mut self.queues[src];
-        let at = q.head + q.live().partition_point(|(t, _)| *t <= time);
-        q.items.insert(at, (time, item));
+        let at = q.head + q.live().partition_point(|x| x.time() <= time);
+        q.items.insert(at, item);
     }
 
     /// Start a drain round. `now` is the recording clock read before any ring of this
@@ -252,7 +269,7 @@ impl<T: Copy> Sorter<T> {
 
     /// End a drain round: release, oldest first, every event older than the clock read at
     /// the start of the previous round.
-    pub fn end_round(&mut self, mut out: impl FnMut(u64, &T)) {
+    pub fn end_round(&mut self, mut out: impl FnMut(&T)) {
         if let Some(bound) = self.bound {
             let bound = self.hold.map_or(bound, |h| h.min(bound));
             self.release(Some(bound), &mut out);
@@ -269,14 +286,14 @@ impl<T: Copy> Sorter<T> {
     }
 
     /// Release everything (end of the run).
-    pub fn flush(&mut self, mut out: impl FnMut(u64, &T)) {
+    pub fn flush(&mut self, mut out: impl FnMut(&T)) {
         self.release(None, &mut out);
     }
 
     /// k-way merge of the queue heads, up to (not including) `limit`, ordered by (time,
     /// source). Each queue is sorted, so its part of the release is a prefix, counted
     /// first; a queue alone with something to release hands it over in one go.
-    fn release(&mut self, limit: Option<u64>, out: &mut impl FnMut(u64, &T)) {
+    fn release(&mut self, limit: Option<u64>, out: &mut impl FnMut(&T)) {
         self.max_held = self.max_held.max(self.held);
         let mut m = std::mem::take(&mut self.merge);
         m.leaves.clear();
@@ -285,18 +302,18 @@ impl<T: Copy> Sorter<T> {
             let live = q.live();
             let n = match limit {
                 None => live.len(),
-                Some(lim) => live.partition_point(|(t, _)| *t < lim),
+                Some(lim) => live.partition_point(|x| x.time() < lim),
             };
             if n > 0 {
                 m.leaves.push((i, q.head, q.head + n));
-                m.keys.push(live[0].0);
+                m.keys.push(live[0].time());
             }
         }
         let mut left: usize = m.leaves.iter().map(|&(_, at, end)| end - at).sum();
         self.held -= left;
         if let [(i, at, end)] = *m.leaves {
-            for (t, item) in &self.queues[i].items[at..end] {
-                out(*t, item);
+            for item in &self.queues[i].items[at..end] {
+                out(item);
             }
             left = 0;
         }
@@ -311,11 +328,15 @@ impl<T: Copy> Sorter<T> {
             let (i, ref mut at, end) = m.leaves[w];
             let items = &self.queues[i].items;
             // Handed out where it waits: an event is not copied out of its queue.
-            let (t, ref item) = items[*at];
+            let item = &items[*at];
             *at += 1;
-            out(t, item);
+            out(item);
             left -= 1;
-            let key = if *at < end { items[*at].0 } else { u64::MAX };
+            let key = if *at < end {
+                items[*at].time()
+            } else {
+                u64::MAX
+            };
             m.replay(w, key, p);
         }
         for &(i, _, end) in &m.leaves {
@@ -346,15 +367,15 @@ impl<T: Copy> Sorter<T> {
 mod tests {
     use super::*;
 
-    fn drain(s: &mut Sorter<&'static str>) -> Vec<(u64, &'static str)> {
+    fn drain(s: &mut Sorter<(u64, &'static str)>) -> Vec<(u64, &'static str)> {
         let mut v = Vec::new();
-        s.end_round(|t, x| v.push((t, *x)));
+        s.end_round(|x| v.push(*x));
         v
     }
 
-    fn flush(s: &mut Sorter<&'static str>) -> Vec<(u64, &'static str)> {
+    fn flush(s: &mut Sorter<(u64, &'static str)>) -> Vec<(u64, &'static str)> {
         let mut v = Vec::new();
-        s.flush(|t, x| v.push((t, *x)));
+        s.flush(|x| v.push(*x));
         v
     }
 
@@ -364,16 +385,16 @@ mod tests {
         // Round 1 starts at 90. CPU 1 is read first and holds the completion (t=200);
         // CPU 0, read second, the issue (t=100) and a later event (t=150).
         s.begin_round(90);
-        s.push(1, 200, "complete@cpu1");
-        s.push(0, 100, "issue@cpu0");
-        s.push(0, 150, "other@cpu0");
+        s.push(1, (200, "complete@cpu1"));
+        s.push(0, (100, "issue@cpu0"));
+        s.push(0, (150, "other@cpu0"));
         assert!(drain(&mut s).is_empty(), "the first round has no bound yet");
         // Round 2 starts at 160: only what is older than round 1's start (90) may go.
         s.begin_round(160);
         assert!(drain(&mut s).is_empty());
         // Round 3 starts at 400: everything older than 160, in time order.
         s.begin_round(400);
-        s.push(0, 300, "next@cpu0");
+        s.push(0, (300, "next@cpu0"));
         assert_eq!(
             drain(&mut s),
             vec![(100, "issue@cpu0"), (150, "other@cpu0")]
@@ -394,19 +415,19 @@ mod tests {
     fn a_sample_still_being_written_when_its_ring_was_read_empty_is_not_overtaken() {
         let mut s = Sorter::new();
         s.begin_round(600);
-        s.push(1, 500, "warm-up@cpu1");
+        s.push(1, (500, "warm-up@cpu1"));
         assert!(drain(&mut s).is_empty());
         // Round N starts at 1000. CPU 0 stamped a sample at 990 and is still copying it:
         // its ring reads empty. CPU 1 holds 1003 and 1005.
         s.begin_round(1000);
-        s.push(1, 1003, "complete@cpu1");
-        s.push(1, 1005, "next@cpu1");
+        s.push(1, (1003, "complete@cpu1"));
+        s.push(1, (1005, "next@cpu1"));
         // Under the old rule (newest time of the rings that had data) 1003 went out here.
         assert_eq!(drain(&mut s), vec![(500, "warm-up@cpu1")]);
         // Round N+1: CPU 0's sample is now visible.
         s.begin_round(2000);
-        s.push(0, 990, "issue@cpu0");
-        s.push(1, 1500, "later@cpu1");
+        s.push(0, (990, "issue@cpu0"));
+        s.push(1, (1500, "later@cpu1"));
         assert_eq!(drain(&mut s), vec![(990, "issue@cpu0")]);
         s.begin_round(3000);
         assert_eq!(
@@ -423,8 +444,8 @@ mod tests {
     #[test]
     fn an_empty_round_releases_nothing_and_ties_keep_arrival_order() {
         let mut s = Sorter::new();
-        s.push(0, 5, "a");
-        s.push(0, 5, "b");
+        s.push(0, (5, "a"));
+        s.push(0, (5, "b"));
         assert!(drain(&mut s).is_empty(), "no round began: no bound");
         s.begin_round(6);
         assert!(drain(&mut s).is_empty(), "one round: still no bound");
@@ -436,13 +457,13 @@ mod tests {
     fn the_bound_is_strict_and_never_goes_back() {
         let mut s = Sorter::new();
         s.begin_round(100);
-        s.push(0, 99, "a");
-        s.push(0, 100, "b");
+        s.push(0, (99, "a"));
+        s.push(0, (100, "b"));
         s.begin_round(50); // a clock that went back must not lower the bound
         assert_eq!(drain(&mut s), vec![(99, "a")], "100 is not older than 100");
         s.begin_round(40);
         assert!(drain(&mut s).is_empty(), "the bound stays at 100");
-        s.push(0, 99, "late");
+        s.push(0, (99, "late"));
         assert_eq!(s.late(), 1, "99 is below the bound 100 already released");
         s.begin_round(150);
         s.begin_round(160);
@@ -453,16 +474,16 @@ mod tests {
     fn a_write_longer_than_a_round_is_counted_late_and_still_delivered() {
         let mut s = Sorter::new();
         s.begin_round(100);
-        s.push(0, 120, "x");
-        s.push(1, 150, "z");
+        s.push(0, (120, "x"));
+        s.push(1, (150, "z"));
         s.begin_round(200);
         assert!(drain(&mut s).is_empty());
         s.begin_round(300);
         assert_eq!(drain(&mut s), vec![(120, "x"), (150, "z")]);
         // Stamped at 180 (before round 2 began at 200) but visible only now.
-        s.push(0, 180, "late");
+        s.push(0, (180, "late"));
         assert_eq!(s.late(), 1);
-        s.push(1, 250, "fine");
+        s.push(1, (250, "fine"));
         assert_eq!(s.late(), 1, "250 is above the released bound 200");
         assert_eq!(flush(&mut s), vec![(180, "late"), (250, "fine")]);
         assert_eq!(s.max_held(), 2);
@@ -471,11 +492,11 @@ mod tests {
     #[test]
     fn out_of_order_within_one_ring_is_sorted_and_many_sources_merge() {
         let mut s = Sorter::new();
-        s.push(3, 10, "a");
-        s.push(3, 30, "c");
-        s.push(3, 20, "b"); // nested context: older than the ring's last event
-        s.push(0, 15, "x");
-        s.push(9, 25, "y");
+        s.push(3, (10, "a"));
+        s.push(3, (30, "c"));
+        s.push(3, (20, "b")); // nested context: older than the ring's last event
+        s.push(0, (15, "x"));
+        s.push(9, (25, "y"));
         assert_eq!(
             flush(&mut s),
             vec![(10, "a"), (15, "x"), (20, "b"), (25, "y"), (30, "c")]
@@ -496,7 +517,7 @@ mod tests {
         };
         for case in 0..300 {
             let sources = 1 + rnd(20) as u32;
-            let mut s: Sorter<(u32, u32)> = Sorter::new();
+            let mut s: Sorter<(u64, (u32, u32))> = Sorter::new();
             let mut times = vec![0u64; sources as usize];
             let mut all = Vec::new();
             for k in 0..200 {
@@ -504,12 +525,12 @@ mod tests {
                 // Few distinct times: many ties across sources, and runs.
                 times[src as usize] += rnd(3);
                 let t = times[src as usize];
-                s.push(src, t, (src, k));
+                s.push(src, (t, (src, k)));
                 all.push((t, (src, k)));
             }
             let limit = if case % 3 == 0 { None } else { Some(rnd(150)) };
             let mut got = Vec::new();
-            s.release(limit, &mut |t, x| got.push((t, *x)));
+            s.release(limit, &mut |x| got.push(*x));
             let mut want: Vec<_> = all
                 .into_iter()
                 .filter(|(t, _)| limit.is_none_or(|m| *t < m))
@@ -524,10 +545,10 @@ mod tests {
     #[test]
     fn events_at_the_last_time_merge_by_source() {
         let mut s = Sorter::new();
-        s.push(2, u64::MAX, "c");
-        s.push(0, 5, "a");
-        s.push(0, u64::MAX, "b");
-        s.push(1, 7, "x");
+        s.push(2, (u64::MAX, "c"));
+        s.push(0, (5, "a"));
+        s.push(0, (u64::MAX, "b"));
+        s.push(1, (7, "x"));
         assert_eq!(
             flush(&mut s),
             vec![(5, "a"), (7, "x"), (u64::MAX, "b"), (u64::MAX, "c")]
@@ -537,10 +558,10 @@ mod tests {
     #[test]
     fn a_corrupt_cpu_number_does_not_allocate_without_bound() {
         let mut s = Sorter::new();
-        s.push(u32::MAX, 1, ());
+        s.push(u32::MAX, (1, ()));
         assert!(s.queues.len() <= MAX_SOURCES);
         let mut n = 0;
-        s.flush(|_, _| n += 1);
+        s.flush(|_| n += 1);
         assert_eq!(n, 1);
     }
 
@@ -569,23 +590,23 @@ mod tests {
                 };
                 last[src] = last[src].max(t);
                 let item = (round, k);
-                by_push.push(src as u32, t, item);
+                by_push.push(src as u32, (t, item));
                 match in_place.tail(src as u32, t) {
                     Some(q) => {
                         q.push((t, item));
                         in_place.queued(t);
                         appended += 1;
                     }
-                    None => in_place.push(src as u32, t, item),
+                    None => in_place.push(src as u32, (t, item)),
                 }
             }
-            by_push.end_round(|t, x| a.push((t, *x)));
-            in_place.end_round(|t, x| b.push((t, *x)));
+            by_push.end_round(|x| a.push(*x));
+            in_place.end_round(|x| b.push(*x));
             assert_eq!(a, b, "round {round}");
             assert_eq!(by_push.held(), in_place.held());
         }
-        by_push.flush(|t, x| a.push((t, *x)));
-        in_place.flush(|t, x| b.push((t, *x)));
+        by_push.flush(|x| a.push(*x));
+        in_place.flush(|x| b.push(*x));
         assert_eq!(a, b);
         assert_eq!(a.len(), 300 * 40);
         assert_eq!(by_push.late(), in_place.late());
@@ -635,16 +656,16 @@ mod tests {
                         if p > now {
                             break;
                         }
-                        s.push(cpu as u32, t, (cpu, t));
+                        s.push(cpu as u32, (t, (cpu, t)));
                         pos[cpu] += 1;
                         now += rnd(3); // decoding costs time too
                     }
                 }
-                s.end_round(|t, _| out.push(t));
+                s.end_round(|x| out.push(x.0));
                 // The poll wait: at least one write's length, so a round outlasts a write.
                 now += max_write + rnd(3 * max_write);
             }
-            s.flush(|t, _| out.push(t));
+            s.flush(|x| out.push(x.0));
             assert_eq!(out.len(), cpus * 400);
             assert!(
                 out.windows(2).all(|w| w[0] <= w[1]),

@@ -110,7 +110,7 @@ impl<C: Correlator, L: Layout<C::Event> + ?Sized> Pipeline<C, L> {
             None => self
                 .decoder
                 .decode(raw, time, cpu)
-                .map(|ev| ev.map(|ev| self.sorter.insert(cpu, time, ev)).is_some()),
+                .map(|ev| ev.map(|ev| self.sorter.insert(cpu, ev)).is_some()),
         };
         let ours = ours_at(ours, time, &mut self.bad_records);
         if let Some(t) = ours {
@@ -157,10 +157,10 @@ impl<C: Correlator, L: Layout<C::Event> + ?Sized> Pipeline<C, L> {
             out(r, n)
         };
         if end {
-            self.sorter.flush(|_, ev| corr.on_event(ev, out));
+            self.sorter.flush(|ev| corr.on_event(ev, out));
             corr.finish(out);
         } else {
-            self.sorter.end_round(|_, ev| corr.on_event(ev, out));
+            self.sorter.end_round(|ev| corr.on_event(ev, out));
         }
     }
 
@@ -353,7 +353,7 @@ where
         };
         // Queued as `sample` queues the event it decodes.
         for ev in events.iter() {
-            self.sorter.push(ev.cpu, ev.time, *ev);
+            self.sorter.push(ev.cpu, *ev);
         }
     }
 }

@@ -75,11 +75,18 @@ pub struct Event<K> {
     pub kind: K,
 }
 
+impl<K: Copy> crate::order::Stamped for Event<K> {
+    #[inline]
+    fn time(&self) -> u64 {
+        self.time
+    }
+}
+
 /// How one event's raw record becomes a `K`: a layout bound from its format file.
 pub trait Layout<K>: Send + Sync {
     fn decode(&self, raw: &[u8]) -> Result<K, Malformed>;
 
-    /// Decode and append `(time, event)` to `out`, the queue the event waits in. One
+    /// Decode and append the event to `out`, the queue it waits in. One
     /// dynamic call whose body has the layout's decode inlined, so that the event goes
     /// from registers into its place: returned through the stack instead, every sample
     /// paid a store-forwarding stall when the caller copied it on. Always inlined where
@@ -91,10 +98,10 @@ pub trait Layout<K>: Send + Sync {
         raw: &[u8],
         time: u64,
         cpu: u32,
-        out: &mut Vec<(u64, Event<K>)>,
+        out: &mut Vec<Event<K>>,
     ) -> Result<(), Malformed> {
         let kind = self.decode(raw)?;
-        out.push((time, Event { time, cpu, kind }));
+        out.push(Event { time, cpu, kind });
         Ok(())
     }
 }
@@ -159,20 +166,22 @@ pub type LayoutFn<K> = fn(&EventFormat, &str, &str) -> Result<Box<dyn Layout<K>>
 /// then that type, and its decode inlines into the pipeline's per-sample code with no
 /// dynamic call.
 pub struct Decoder<K, L: ?Sized = dyn Layout<K>> {
-    slots: Vec<Arc<L>>,
-    /// By event id (`common_type`): 1 + its slot, 0 for an event not bound. Ids are
-    /// small and dense (a few thousand on a whole kernel), so this is a few KiB and
-    /// finding a sample's layout is one load: a scan of the slots cost a compare per
-    /// event bound before it, on every sample.
-    by_id: Vec<u16>,
+    /// By event id (`common_type`): its layout, `None` for an event not bound. Ids
+    /// are small and dense (a few thousand on a whole kernel), so this is a few pages,
+    /// and finding a sample's layout is one load: a scan of the layouts cost a compare
+    /// per event bound before it on every sample, and an id → slot number → layout
+    /// table one more dependent load.
+    by_id: Vec<Option<Arc<L>>>,
+    /// Events bound.
+    bound: usize,
     decodes: std::marker::PhantomData<fn() -> K>,
 }
 
 impl<K, L: ?Sized> Clone for Decoder<K, L> {
     fn clone(&self) -> Self {
         Decoder {
-            slots: self.slots.clone(),
             by_id: self.by_id.clone(),
+            bound: self.bound,
             decodes: std::marker::PhantomData,
         }
     }
@@ -181,8 +190,8 @@ impl<K, L: ?Sized> Clone for Decoder<K, L> {
 impl<K, L: ?Sized> Default for Decoder<K, L> {
     fn default() -> Self {
         Decoder {
-            slots: Vec::new(),
             by_id: Vec::new(),
+            bound: 0,
             decodes: std::marker::PhantomData,
         }
     }
@@ -287,15 +296,10 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
         })?;
         let at = id as usize;
         if self.by_id.len() <= at {
-            self.by_id.resize(at + 1, 0);
+            self.by_id.resize_with(at + 1, || None);
         }
-        match self.by_id[at] {
-            0 => {
-                self.slots.push(layout);
-                // At most 65,535 events: one slot per id below 65,536.
-                self.by_id[at] = self.slots.len() as u16;
-            }
-            slot => self.slots[slot as usize - 1] = layout,
+        if self.by_id[at].replace(layout).is_none() {
+            self.bound += 1;
         }
         Ok(BoundEvent {
             name: full,
@@ -313,7 +317,7 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
         Ok(Some(Event { time, cpu, kind }))
     }
 
-    /// [`decode`](Self::decode), appending `(time, event)` to `out`; `Ok(false)` for an
+    /// [`decode`](Self::decode), appending the event to `out`; `Ok(false)` for an
     /// event this decoder was not built for. Always inlined into the per-sample code:
     /// left to itself the compiler called it, a call and a dozen saved registers per
     /// sample.
@@ -323,7 +327,7 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
         raw: &[u8],
         time: u64,
         cpu: u32,
-        out: &mut Vec<(u64, Event<K>)>,
+        out: &mut Vec<Event<K>>,
     ) -> Result<bool, Malformed> {
         let Some(layout) = self.layout(raw)? else {
             return Ok(false);
@@ -340,16 +344,15 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
             [a, b, ..] => u16::from_le_bytes([*a, *b]),
             _ => return Err(Malformed::NoHeader { have: raw.len() }),
         };
-        let slot = self.by_id.get(id as usize).copied().unwrap_or(0) as usize;
-        Ok(self.slots.get(slot.wrapping_sub(1)).map(|l| &**l))
+        Ok(self.by_id.get(id as usize).and_then(|l| l.as_deref()))
     }
 
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.bound
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.bound == 0
     }
 }
 

@@ -452,15 +452,15 @@ fn completion_read_before_setup_across_cpus_is_ordered_by_the_sorter() {
     let mut sorter = Sorter::new();
     // CPU 1's ring is drained first and holds the completion; CPU 0 the setup.
     sorter.begin_round(50);
-    sorter.push(1, 300, f.decoder.decode(&done, 300, 1).unwrap().unwrap());
-    sorter.push(0, 100, f.decoder.decode(&setup, 100, 0).unwrap().unwrap());
+    sorter.push(1, f.decoder.decode(&done, 300, 1).unwrap().unwrap());
+    sorter.push(0, f.decoder.decode(&setup, 100, 0).unwrap().unwrap());
     let mut c = NvmeCorrelator::new(config(512));
     let mut out = Vec::new();
-    sorter.end_round(|_, ev| c.on_event(ev, &mut |r| out.push(r)));
+    sorter.end_round(|ev| c.on_event(ev, &mut |r| out.push(r)));
     sorter.begin_round(200);
-    sorter.end_round(|_, ev| c.on_event(ev, &mut |r| out.push(r)));
+    sorter.end_round(|ev| c.on_event(ev, &mut |r| out.push(r)));
     assert!(out.is_empty(), "only the setup is released yet");
-    sorter.flush(|_, ev| c.on_event(ev, &mut |r| out.push(r)));
+    sorter.flush(|ev| c.on_event(ev, &mut |r| out.push(r)));
     c.finish(&mut |r| out.push(r));
     assert_eq!(out.len(), 1);
     assert_eq!(

@@ -52,34 +52,73 @@ pub const C2H_LAST_PDU: u8 = 0x04;
 /// C2HData PDU flag: the command succeeded and no response capsule follows.
 pub const C2H_SUCCESS: u8 = 0x08;
 
-/// One host event: its command's identity plus what its kind carries (0, or `None`,
-/// where it carries nothing). Only what the correlator reads: events wait in the
-/// sorter's queues by the thousand, and each byte here is moved once per sample.
+/// One host event: its command's identity plus what its kind carries. Only what the
+/// correlator reads: events wait in the sorter's queues by the thousand, and each byte
+/// here is moved once per sample. 48 bytes, so that with its time and CPU an event is
+/// one 64-byte cache line in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostEvent {
     pub kind: HostKind,
-    /// rx events: PDU `flags`; try_send/done_send_req: `state`.
-    pub flags: u8,
     /// Controller id the target assigned (= the target events' `cntlid`).
     pub cntlid: u16,
     pub qid: u16,
     /// On-wire command id, generation bits included.
     pub cid: u16,
     pub tag: u16,
-    /// process_nvme_cqe: NVMe status (CQE status >> 1).
-    pub status: u16,
     /// `nvme_ctrl->instance` (N of nvmeN).
     pub ctrl_id: u32,
     /// queue_rq and the send events: `len`; rx events: `data_len`.
     pub len: u32,
-    /// CLOCK_MONOTONIC ns of the skb's receive timestamp; 0 = none (or not a receive event).
-    pub recv_time: u64,
-    /// Only for `QueueRq`.
-    pub rq: Option<QueueRqInfo>,
+    pub data: HostData,
 }
 
-/// What `nvme_tcp_queue_rq` says about the command.
+/// What a host event carries beyond its command: the request (`nvme_tcp_queue_rq`) or
+/// a PDU's fields (every other kind). One or the other, never both, so they share
+/// their bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostData {
+    Rq(QueueRqInfo),
+    Pdu(PduInfo),
+}
+
+/// What the host events other than `nvme_tcp_queue_rq` carry; 0 where a kind has no
+/// value. Packed to 4-byte alignment, as [`QueueRqInfo`] is: with 8, each would be
+/// padded to a multiple of 8 and the event would not fit its cache line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C, packed(4))]
+pub struct PduInfo {
+    /// CLOCK_MONOTONIC ns of the skb's receive timestamp; 0 = none (or not a receive
+    /// event).
+    pub recv_time: u64,
+    /// process_nvme_cqe: NVMe status (CQE status >> 1).
+    pub status: u16,
+    /// rx events: PDU `flags`; try_send/done_send_req: `state`.
+    pub flags: u8,
+}
+
+impl HostEvent {
+    /// The request, for `nvme_tcp_queue_rq`.
+    #[inline]
+    pub fn rq(&self) -> Option<QueueRqInfo> {
+        match self.data {
+            HostData::Rq(rq) => Some(rq),
+            HostData::Pdu(_) => None,
+        }
+    }
+
+    /// The PDU's fields; all 0 for `nvme_tcp_queue_rq`.
+    #[inline]
+    pub fn pdu(&self) -> PduInfo {
+        match self.data {
+            HostData::Pdu(p) => p,
+            HostData::Rq(_) => PduInfo::default(),
+        }
+    }
+}
+
+/// What `nvme_tcp_queue_rq` says about the command (packed: see [`PduInfo`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed(4))]
 pub struct QueueRqInfo {
     pub slba: u64,
     /// `blk_rq_pos()`, 512-byte units, = the block events' sector.
@@ -311,6 +350,25 @@ impl HostLayout {
         Malformed::check_len(raw, self.need, || self.kind.event_name())?;
         // By index, not `ints.map(..)`: the map copied the whole array first.
         let v = |i: usize| self.ints[i].get(raw);
+        let data = match &self.rq {
+            Some(r) => {
+                let v = |i: usize| r.ints[i].get(raw);
+                HostData::Rq(QueueRqInfo {
+                    slba: v(0),
+                    sector: v(1),
+                    dev: v(2) as u32,
+                    opcode: v(3) as u8,
+                    write: v(4) != 0,
+                    inline_data: v(5) != 0,
+                    disk: r.disks.name(r.disk.array(raw)),
+                })
+            }
+            None => HostData::Pdu(PduInfo {
+                flags: v(6) as u8,
+                status: v(7) as u16,
+                recv_time: v(8),
+            }),
+        };
         Ok(HostEvent {
             kind: self.kind,
             ctrl_id: v(0) as u32,
@@ -319,21 +377,7 @@ impl HostLayout {
             cid: v(3) as u16,
             tag: v(4) as u16,
             len: v(5) as u32,
-            flags: v(6) as u8,
-            status: v(7) as u16,
-            recv_time: v(8),
-            rq: self.rq.as_ref().map(|r| {
-                let v = |i: usize| r.ints[i].get(raw);
-                QueueRqInfo {
-                    slba: v(0),
-                    sector: v(1),
-                    dev: v(2) as u32,
-                    opcode: v(3) as u8,
-                    write: v(4) != 0,
-                    inline_data: v(5) != 0,
-                    disk: r.disks.name(r.disk.array(raw)),
-                }
-            }),
+            data,
         })
     }
 }
@@ -490,7 +534,7 @@ mod tests {
             (h.kind, h.ctrl_id, h.cntlid, h.qid, h.cid, h.tag, h.len),
             (HostKind::QueueRq, 3, 7, 2, 0x3005, 5, 131072)
         );
-        let rq = h.rq.unwrap();
+        let rq = h.rq().unwrap();
         assert_eq!(
             (rq.slba, rq.sector, rq.dev, rq.opcode),
             (1 << 40, 1 << 43, 259 << 20, 1)
@@ -504,7 +548,7 @@ mod tests {
         let NvmeTcpEvent::Host(o) = d.decode(&other, 1, 0).unwrap().unwrap().kind else {
             panic!()
         };
-        assert_eq!(o.rq.map(|r| r.disk.as_str()), Some("nvme3n2"));
+        assert_eq!(o.rq().map(|r| r.disk.as_str()), Some("nvme3n2"));
         assert_eq!(d.decode(&raw, 101, 1).unwrap().unwrap().kind, ev.kind);
 
         let fmt = t.event("nvmet_tcp", "nvmet_tcp_queue_response").unwrap();
@@ -545,7 +589,13 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            (h.recv_time, h.len, h.flags, h.status, h.rq),
+            (
+                h.pdu().recv_time,
+                h.len,
+                h.pdu().flags,
+                h.pdu().status,
+                h.rq()
+            ),
             (123_456_789_012, 8192, 0x0c, 0, None)
         );
         // Truncated records are errors, not panics.
@@ -557,7 +607,7 @@ mod tests {
     /// sample, so the compact layout must stay compact.
     #[test]
     fn events_stay_small() {
-        assert!(std::mem::size_of::<NvmeTcpEvent>() <= 64);
+        assert!(std::mem::size_of::<crate::decode::Event<NvmeTcpEvent>>() <= 64);
         assert!(std::mem::size_of::<TargetEvent>() <= 32);
     }
 

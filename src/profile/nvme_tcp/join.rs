@@ -175,6 +175,7 @@ impl TcpCorrelator {
             // finished command (done_send_req after the reply) change nothing.
             return;
         }
+        let pdu = e.pdu();
         match e.kind {
             HostKind::QueueRq => {}
             HostKind::TrySend => {
@@ -190,22 +191,22 @@ impl TcpCorrelator {
             }
             HostKind::HandleR2t => {
                 io.part.r2ts += 1;
-                io.reply(t, e.recv_time);
+                io.reply(t, pdu.recv_time);
                 io.after_r2t = true;
             }
             HostKind::HandleC2hData => {
                 io.part.c2h_pdus += 1;
-                io.reply(t, e.recv_time);
+                io.reply(t, pdu.recv_time);
             }
             HostKind::RecvData => {
-                if e.flags & C2H_SUCCESS != 0 {
+                if pdu.flags & C2H_SUCCESS != 0 {
                     io.done = Some(t);
                 }
             }
             HostKind::ProcessNvmeCqe => {
-                io.reply(t, e.recv_time);
+                io.reply(t, pdu.recv_time);
                 io.done = Some(t);
-                io.part.nvme_status = Some(e.status);
+                io.part.nvme_status = Some(pdu.status);
             }
             HostKind::TrySendCmdPdu | HostKind::TrySendDataPdu | HostKind::TrySendData => {}
             HostKind::QueueRequest => {}
@@ -241,7 +242,7 @@ impl TcpCorrelator {
         io.queue_rq = Some(t);
         io.phase_start = Some(t);
         let mut blk = None;
-        if let Some(rq) = &e.rq {
+        if let Some(rq) = e.rq() {
             io.part.disk = rq.disk;
             io.part.opcode = Some(rq.opcode);
             io.part.write = rq.write;

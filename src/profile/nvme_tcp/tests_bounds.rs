@@ -1,7 +1,9 @@
 //! Tests of the nvme-tcp profile's bounds, of `merge` against the joint rows, and of
 //! garbage input; the scenario rig is in `tests.rs`.
 
-use super::events::{HostEvent, HostKind, NvmeTcpEvent, TargetEvent, TargetKind};
+use super::events::{
+    HostData, HostEvent, HostKind, NvmeTcpEvent, PduInfo, TargetEvent, TargetKind,
+};
 use super::join::TcpCorrelator;
 use super::model::{Side, TcpConfig, TcpRecord};
 use super::tests::{cells, r2t_write, read, rig, DEV};
@@ -170,27 +172,36 @@ fn random_event_streams_do_not_panic() {
         let time = rnd() % 10_000_000;
         let cid = (rnd() % 40) as u16;
         let kind = match r % 3 {
-            0 => NvmeTcpEvent::Host(HostEvent {
-                kind: hosts[(r >> 8) as usize % hosts.len()],
-                ctrl_id: (r >> 20) as u32 % 2,
-                cntlid: 1,
-                qid: 1 + (r >> 24) as u16 % 2,
-                cid,
-                tag: cid,
-                recv_time: big,
-                len: 4096,
-                flags: (r >> 30) as u8,
-                rq: Some(super::events::QueueRqInfo {
-                    slba: big,
-                    sector: rnd() % 64,
-                    dev: if (r >> 40) & 1 == 0 { DEV } else { 0 },
-                    opcode: (r >> 33) as u8 % 3,
-                    write: r & 1 == 0,
-                    inline_data: r & 2 == 0,
-                    disk: crate::profile::shared::nvme_events::Disk::intern(b"nvme0n1"),
-                }),
-                status: 0,
-            }),
+            0 => {
+                let kind = hosts[(r >> 8) as usize % hosts.len()];
+                let data = if kind == HostKind::QueueRq {
+                    HostData::Rq(super::events::QueueRqInfo {
+                        slba: big,
+                        sector: rnd() % 64,
+                        dev: if (r >> 40) & 1 == 0 { DEV } else { 0 },
+                        opcode: (r >> 33) as u8 % 3,
+                        write: r & 1 == 0,
+                        inline_data: r & 2 == 0,
+                        disk: crate::profile::shared::nvme_events::Disk::intern(b"nvme0n1"),
+                    })
+                } else {
+                    HostData::Pdu(PduInfo {
+                        recv_time: big,
+                        flags: (r >> 30) as u8,
+                        status: 0,
+                    })
+                };
+                NvmeTcpEvent::Host(HostEvent {
+                    kind,
+                    ctrl_id: (r >> 20) as u32 % 2,
+                    cntlid: 1,
+                    qid: 1 + (r >> 24) as u16 % 2,
+                    cid,
+                    tag: cid,
+                    len: 4096,
+                    data,
+                })
+            }
             1 => NvmeTcpEvent::Target(TargetEvent {
                 kind: tgts[(r >> 8) as usize % tgts.len()],
                 cntlid: 1,
