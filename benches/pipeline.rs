@@ -553,9 +553,6 @@ fn nvme_tcp(ios: u64) {
         }
         decoder
     };
-    if std::env::var_os("NOREPLAY").is_some() {
-        return;
-    }
     let (secs, checksum) = report(
         "nvme-tcp, decode+order+correlate",
         &tree,
@@ -582,7 +579,7 @@ fn nvme_tcp(ios: u64) {
         },
     );
     let events: usize = streams.iter().map(|s| s.index.len()).sum();
-    if std::env::var_os("ONLYFULL").is_some() {
+    if std::env::args().any(|a| a == "only") {
         return;
     }
     split::<TcpCorrelator, _>(&streams, decoder, secs * 1e9 / events as f64);
