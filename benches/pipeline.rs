@@ -711,8 +711,8 @@ fn stage_sum(r: &TcpRecord) -> u64 {
             h.blk_completion,
             h.total,
         ]
+        .map(|v| v.unwrap_or(0))
         .iter()
-        .flatten()
         .sum()
     });
     let t = r.target.as_ref().map_or(0, |t| {
@@ -723,8 +723,8 @@ fn stage_sum(r: &TcpRecord) -> u64 {
             t.nvmet_tcp_completion,
             t.total,
         ]
+        .map(|v| v.unwrap_or(0))
         .iter()
-        .flatten()
         .sum()
     });
     h + t + r.network_ns().unwrap_or(0) as u64

@@ -124,10 +124,9 @@ impl TcpCorrelator {
     }
 
     /// I/Os in flight: held on either side, less the closed target parts that only
-    /// wait for their host part.
-    fn note_in_flight(&mut self) {
-        self.counters.in_flight =
-            (self.hosts.len() + self.targets.len()).saturating_sub(self.tgt_waiting) as u64;
+    /// wait for their host part. Counted when asked, not kept up to date per event.
+    fn in_flight(&self) -> u64 {
+        (self.hosts.len() + self.targets.len()).saturating_sub(self.tgt_waiting) as u64
     }
 
     fn on_block(&mut self, t: u64, b: &BlockEvent, out: &mut dyn FnMut(TcpRecord)) {
@@ -217,7 +216,6 @@ impl TcpCorrelator {
                 self.close_host(key, None, out);
             }
         }
-        self.note_in_flight();
     }
 
     /// `nvme_tcp_queue_rq`: a host command starts. Once per I/O, out of line.
@@ -267,7 +265,6 @@ impl TcpCorrelator {
             self.counters.incomplete += 1;
             self.emit_io(io, None, out);
         }
-        self.note_in_flight();
     }
 
     /// Host I/O `key` is over: finished where it is held, and emitted. `end` is its
@@ -408,7 +405,6 @@ impl TcpCorrelator {
                 self.close_target(key, out);
             }
         }
-        self.note_in_flight();
     }
 
     /// `nvmet_tcp_done_recv_pdu`: a command reached the target. Once per I/O, out of
@@ -434,7 +430,6 @@ impl TcpCorrelator {
             self.emit_target(io.finish(), out);
         }
         mark(&mut self.tgt_ctrls, e.cntlid);
-        self.note_in_flight();
     }
 
     /// A target I/O left the table: an open one leaves its queue too (a closed one
@@ -523,7 +518,6 @@ impl Correlator for TcpCorrelator {
         }
         self.by_sector.clear();
         self.bios.clear();
-        self.counters.in_flight = 0;
     }
 
     fn unmatched_at(&self, t: u64) -> u64 {
@@ -533,6 +527,7 @@ impl Correlator for TcpCorrelator {
     fn counters(&self) -> Counters {
         Counters {
             resampled: self.gate.resampled(),
+            in_flight: self.in_flight(),
             ..self.counters
         }
     }
