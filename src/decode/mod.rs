@@ -167,10 +167,10 @@ pub type LayoutFn<K> = fn(&EventFormat, &str, &str) -> Result<Box<dyn Layout<K>>
 /// dynamic call.
 pub struct Decoder<K, L: ?Sized = dyn Layout<K>> {
     /// By event id (`common_type`): its layout, `None` for an event not bound. Ids
-    /// are small and dense (a few thousand on a whole kernel), so this is a few pages,
-    /// and finding a sample's layout is one load: a scan of the layouts cost a compare
-    /// per event bound before it on every sample, and an id → slot number → layout
-    /// table one more dependent load.
+    /// are small and dense (a few thousand on a whole kernel), so this is tens of KiB
+    /// at most, and finding a sample's layout is one load: a scan of the layouts cost
+    /// a compare per event bound before it on every sample, and an id → slot number →
+    /// layout table one more dependent load.
     by_id: Vec<Option<Arc<L>>>,
     /// Events bound.
     bound: usize,
