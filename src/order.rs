@@ -51,14 +51,6 @@ pub trait Stamped: Copy {
     fn time(&self) -> u64;
 }
 
-/// A value and the time it is ordered by.
-impl<X: Copy> Stamped for (u64, X) {
-    #[inline]
-    fn time(&self) -> u64 {
-        self.0
-    }
-}
-
 /// One source's events in time order: a Vec read from `head`, so that taking an event
 /// is an index bump (events are `Copy`, small and plain), with none of a ring buffer's
 /// wrap arithmetic. Spent space is reclaimed after a release (see [`Queue::compact`]).
@@ -366,6 +358,13 @@ impl<T: Stamped> Sorter<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value and the time it is ordered by: the tests' events.
+    impl<X: Copy> Stamped for (u64, X) {
+        fn time(&self) -> u64 {
+            self.0
+        }
+    }
 
     fn drain(s: &mut Sorter<(u64, &'static str)>) -> Vec<(u64, &'static str)> {
         let mut v = Vec::new();

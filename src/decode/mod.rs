@@ -172,8 +172,6 @@ pub struct Decoder<K, L: ?Sized = dyn Layout<K>> {
     /// a compare per event bound before it on every sample, and an id → slot number →
     /// layout table one more dependent load.
     by_id: Vec<Option<Arc<L>>>,
-    /// Events bound.
-    bound: usize,
     decodes: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -181,7 +179,6 @@ impl<K, L: ?Sized> Clone for Decoder<K, L> {
     fn clone(&self) -> Self {
         Decoder {
             by_id: self.by_id.clone(),
-            bound: self.bound,
             decodes: std::marker::PhantomData,
         }
     }
@@ -191,7 +188,6 @@ impl<K, L: ?Sized> Default for Decoder<K, L> {
     fn default() -> Self {
         Decoder {
             by_id: Vec::new(),
-            bound: 0,
             decodes: std::marker::PhantomData,
         }
     }
@@ -298,9 +294,7 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
         if self.by_id.len() <= at {
             self.by_id.resize_with(at + 1, || None);
         }
-        if self.by_id[at].replace(layout).is_none() {
-            self.bound += 1;
-        }
+        self.by_id[at] = Some(layout);
         Ok(BoundEvent {
             name: full,
             id: fmt.id,
@@ -345,14 +339,6 @@ impl<K, L: Layout<K> + ?Sized> Decoder<K, L> {
             _ => return Err(Malformed::NoHeader { have: raw.len() }),
         };
         Ok(self.by_id.get(id as usize).and_then(|l| l.as_deref()))
-    }
-
-    pub fn len(&self) -> usize {
-        self.bound
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.bound == 0
     }
 }
 
