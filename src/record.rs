@@ -797,6 +797,11 @@ pub struct Counters {
     pub ambiguous: u64,
     /// Queued requests the scheduler merged into another request (no row of their own).
     pub merged: u64,
+    /// Data-less writes that only carried a cache flush (what `fsync` sends a disk with
+    /// a write cache): the kernel completes them without issuing them, once the flush
+    /// request it issues in their place (a `flush` row) is done. No row of their own;
+    /// the kernel's disk statistics count them as writes.
+    pub preflushes: u64,
     /// Events of I/Os a change of the sampling rate (`--max-rate`) left out of the
     /// sample: parts of I/Os whose other events the kernel filter had already dropped.
     pub resampled: u64,

@@ -830,3 +830,81 @@ fn stages_d2c_leaves_the_insert_out_and_its_stages_empty() {
     let _ = std::fs::remove_file(all);
     let _ = std::fs::remove_file(d2c);
 }
+
+/// The kernel's own per-device counters (`/sys/block/<dev>/stat`, read inside the
+/// traced command, before and after its I/O), against the rows: one row per request
+/// the kernel completed, op by op, and the bytes of each op to the sector. fio's
+/// counts cannot say this where the block layer splits (8 MiB reads become requests of
+/// the device's largest size), merges (mq-deadline), discards or adds flushes.
+#[test]
+fn every_request_the_kernel_counts_is_one_row() {
+    if !kernel_ready("every_request_the_kernel_counts_is_one_row") {
+        return;
+    }
+    let l = LoopDev::new("kstat", 160);
+    l.scheduler("mq-deadline");
+    let (before, after) = (tmp("kstat.before"), tmp("kstat.after"));
+    let fio = |args: &str| {
+        format!(
+            "fio --name=k --filename={} --direct=1 --output=/dev/null {args}",
+            l.dev
+        )
+    };
+    let script = [
+        format!("cat /sys/block/{}/stat > {}", l.name, before.display()),
+        fio("--rw=randrw --rwmixread=70 --bsrange=4k-256k --ioengine=libaio --iodepth=32 --numjobs=2 --size=32m"),
+        fio("--rw=read --bs=8m --ioengine=libaio --iodepth=4 --size=64m"),
+        fio("--rw=randtrim --bs=64k --ioengine=libaio --iodepth=8 --size=16m --offset=64m"),
+        // Each fsync is a write without data that carries a cache flush: the kernel
+        // counts it as a write and ends it without issuing it (`preflushes` on the exit
+        // line), and issues a flush request (a `flush` row) that it counts as a flush;
+        // fsyncs of four jobs at once can share one.
+        fio("--rw=randwrite --bs=4k --ioengine=psync --fsync=2 --size=1m --offset=96m --numjobs=4"),
+        format!("cat /sys/block/{}/stat > {}", l.name, after.display()),
+    ]
+    .join(" && ");
+    let csv = tmp("kstat.csv");
+    let out = record(&l.dev, &csv, &["sh".into(), "-c".into(), script]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_clean("kstat", &err);
+    let stat = |p: &std::path::Path| -> Vec<u64> {
+        read(p)
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    let (b, a) = (stat(&before), stat(&after));
+    assert!(a.len() >= 17, "a kernel with flush counters (4.19+): {a:?}");
+    let delta = |i: usize| a[i] - b[i];
+    let rows = read_csv(&csv);
+    ok_rows(&rows, &err);
+    let (mut n, mut bytes) = (
+        std::collections::HashMap::<&str, u64>::new(),
+        std::collections::HashMap::<&str, u64>::new(),
+    );
+    for r in &rows {
+        *n.entry(r["op"].as_str()).or_default() += 1;
+        *bytes.entry(r["op"].as_str()).or_default() += num(r, "bytes");
+    }
+    let got = |m: &std::collections::HashMap<&str, u64>, op| m.get(op).copied().unwrap_or(0);
+    let what = format!("kernel {b:?} -> {a:?}, rows {n:?}, bytes {bytes:?}: {err}");
+    // Fields: reads 0, read sectors 2, writes 4, write sectors 6, discards 11, discard
+    // sectors 13, flushes 15.
+    assert_eq!(got(&n, "read"), delta(0), "reads: {what}");
+    assert_eq!(got(&bytes, "read"), delta(2) * 512, "{what}");
+    assert_eq!(got(&bytes, "write"), delta(6) * 512, "{what}");
+    assert_eq!(got(&n, "discard"), delta(11), "discards: {what}");
+    assert_eq!(got(&bytes, "discard"), delta(13) * 512, "{what}");
+    assert_eq!(got(&n, "flush"), delta(15), "flushes: {what}");
+    let preflushes = exit_count(&err, "preflushes");
+    assert_eq!(got(&n, "write") + preflushes, delta(4), "writes: {what}");
+    assert_eq!(n.len(), 4, "only these ops: {what}");
+    // The 8 MiB reads were split: more read requests than fio's reads of 8 MiB and
+    // of at most 256 KiB could make whole.
+    assert!(delta(0) > 8 + 32 * 1024 / 256, "{what}");
+    // fio skips the fsync after a job's last write: 4 × 127 of them.
+    assert!(preflushes >= 4 * 127 && delta(15) > 0, "{what}");
+    for f in [csv, before, after] {
+        let _ = std::fs::remove_file(f);
+    }
+}

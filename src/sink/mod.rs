@@ -188,6 +188,9 @@ impl Health {
         if c.merged > 0 {
             s.push_str(&format!("  merged {}", c.merged));
         }
+        if c.preflushes > 0 {
+            s.push_str(&format!("  preflushes {}", c.preflushes));
+        }
         if self.bad_records > 0 {
             s.push_str(&format!("  bad-records {}", self.bad_records));
         }

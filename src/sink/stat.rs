@@ -770,6 +770,7 @@ mod tests {
         // Every counter the exit line prints is in the JSON too.
         for key in [
             "merged",
+            "preflushes",
             "lost_ios",
             "cut",
             "throttled",

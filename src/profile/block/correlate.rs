@@ -24,6 +24,11 @@
 //!   is the row's `candidates` (1: the pairing was certain), and pairings that were
 //!   a choice are counted ([`Counters::ambiguous`]).
 //!
+//! A flush (`fsync` on a disk with a write cache) is one request the kernel issues and
+//! completes (a `flush` row), and a write without data that carried the flush, which
+//! the kernel ends without issuing and counts as a write: its completion pairs with
+//! nothing and is counted ([`Counters::preflushes`]), never `unmatched`.
+//!
 //! `qd` is the device's queue depth as the request was issued: the requests issued and
 //! not yet completed on that device, itself included.
 //!
@@ -421,6 +426,17 @@ impl BlockCorrelator {
         if !self.cfg.devices.is_empty() && !self.cfg.devices.contains(&e.dev) {
             return;
         }
+        // `block_rq_complete` gives a request's position as the request holds it
+        // (`blk_rq_pos`), the other request events as `blk_rq_trace_sector` puts it: 0
+        // for a request without one. The flush request the kernel issues for an fsync
+        // is issued at 0 and completes at 2^64 - 1.
+        let unset;
+        let e = if e.kind == BlockKind::Complete && e.sector == u64::MAX {
+            unset = BlockEvent { sector: 0, ..*e };
+            &unset
+        } else {
+            e
+        };
         let key = (e.dev, e.sector);
         let fresh = |insert: Option<u64>, issue: Option<u64>| Pending {
             first: t,
@@ -515,6 +531,7 @@ impl BlockCorrelator {
                     self.add(key, p, out);
                 }
             }
+            BlockKind::Complete if e.ends_flush_carrier() => self.counters.preflushes += 1,
             BlockKind::Complete => {
                 self.expire(t, out);
                 self.scan(t);
@@ -1145,6 +1162,33 @@ mod tests {
         );
         // What stays unaccounted at the end cuts nothing that completed.
         assert_eq!((c.cut, c.incomplete, c.unmatched), (0, 0, 0));
+    }
+
+    #[test]
+    fn an_fsync_is_one_flush_row_and_its_empty_write_is_counted() {
+        use BlockKind::*;
+        // What the kernel traces for an fsync while a write to sector 0 is in flight:
+        // the flush request issued at 0 completes at 2^64 - 1, then the data-less write
+        // that carried the flush completes at 0 without having been issued.
+        let (r, c) = run(
+            &[
+                ev(100, Issue, 0, 8, Op::Write),
+                ev(200, Issue, 0, 0, Op::Flush),
+                ev(260, Complete, u64::MAX, 0, Op::Flush),
+                ev(261, Complete, 0, 0, Op::Write),
+                ev(400, Complete, 0, 8, Op::Write),
+            ],
+            16,
+        );
+        let rows: Vec<_> = r.iter().map(|r| (r.op, r.d2c_ns, r.status)).collect();
+        assert_eq!(
+            rows,
+            vec![
+                (Op::Flush, Some(60), Status::Ok),
+                (Op::Write, Some(300), Status::Ok)
+            ]
+        );
+        assert_eq!((c.preflushes, c.unmatched, c.incomplete), (1, 0, 0));
     }
 
     #[test]

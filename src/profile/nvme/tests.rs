@@ -676,3 +676,35 @@ fn a_batch_of_completions_pairs_each_block_completion_by_its_place() {
     assert_eq!(cid(3).status(), Status::Incomplete);
     assert_eq!((c.unmatched, c.incomplete), (0, 1));
 }
+
+/// An fsync's write without data completes in the block layer right after its flush
+/// command, with no command of its own: it must not take a held completion that waits
+/// for its own block completion (here one whose cid is wrong, as after an R2T).
+#[test]
+fn the_completion_of_a_flush_carrier_pairs_with_no_command() {
+    let f = formats();
+    let (r, c) = run_on(
+        &f,
+        config(512),
+        &[
+            (
+                10,
+                0,
+                cmd_raw(
+                    &f.setup,
+                    (0, 1, 0x2029),
+                    0x01,
+                    1,
+                    &rw_dwords(4096, 256),
+                    b"nvme0n1",
+                ),
+            ),
+            (100, 0, done_raw(&f.done, 0, 1, 0x0003, 0, b"nvme0n1")),
+            (101, 0, rq_done_raw(&f.complete, 0, 0)),
+            (102, 0, rq_done_raw(&f.complete, 4096, 256)),
+        ],
+    );
+    assert_eq!(c, Counters::default());
+    let got: Vec<_> = r.iter().map(|r| (r.core.cid, r.core.cmd_ns)).collect();
+    assert_eq!(got, [(0x2029, Some(90))]);
+}

@@ -132,6 +132,8 @@ impl TcpCorrelator {
     fn on_block(&mut self, t: u64, b: &BlockEvent, out: &mut dyn FnMut(TcpRecord)) {
         match b.kind {
             BlockKind::BioQueue => self.bios.start(t, b.dev, b.sector, StartKind::Bio),
+            // Not a command's: the driver never saw it.
+            BlockKind::Complete if b.ends_flush_carrier() => {}
             BlockKind::Complete => self.block_complete(t, b, out),
             _ => {}
         }

@@ -144,6 +144,16 @@ impl Rig {
         )
     }
 
+    /// The block completion of a write without data that carried an fsync's flush.
+    pub(super) fn carrier_done(&mut self, t: u64) -> &mut Self {
+        let raw = RecordBuilder::new(&self.fmts["block_rq_complete"])
+            .int("dev", DEV as u64)
+            .bytes("rwbs", b"WS")
+            .build();
+        self.samples.push((t, self.cpu, raw));
+        self
+    }
+
     pub(super) fn queue_rq(
         &mut self,
         t: u64,
@@ -849,4 +859,28 @@ fn sampling_drops_unsampled_block_events_quietly() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].start_ns(), 20_000);
     assert_eq!(c, Counters::default());
+}
+
+#[test]
+fn the_completion_of_a_flush_carrier_ends_no_io_at_its_sector() {
+    let mut r = rig();
+    let (b, cid) = (3_000, 0x0011);
+    r.bio(b, 0)
+        .queue_rq(b + 10, cid, 2, 4096, 0)
+        .h(b + 20, "try_send", cid, &[])
+        .h(b + 30, "done_send_req", cid, &[])
+        .h(b + 130, "handle_c2h_data", cid, &[("recv_time", b + 120)])
+        .h(b + 150, "process_nvme_cqe", cid, &[("recv_time", b + 140)])
+        .carrier_done(b + 155)
+        .blk_done(b + 160, 0);
+    let (out, c, _) = r.run(TcpConfig::default(), 100);
+    assert_eq!(out.len(), 1, "{out:#?}");
+    assert_eq!((c.unmatched, c.incomplete), (0, 0));
+    assert_eq!(
+        stages(&out[0])[..6]
+            .iter()
+            .map(|v| v.unwrap())
+            .collect::<Vec<_>>(),
+        [10, 10, 100, 10, 20, 10]
+    );
 }

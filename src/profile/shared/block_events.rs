@@ -115,6 +115,20 @@ pub struct BlockEvent {
     pub error: i32,
 }
 
+impl BlockEvent {
+    /// The completion of a write without data: the carrier of a cache flush (`fsync`
+    /// on a disk with a write cache). The kernel ends it without issuing it, and
+    /// issues a flush request of its own instead, so no issued request or driver
+    /// command is its, not even one at its sector.
+    #[inline]
+    pub fn ends_flush_carrier(&self) -> bool {
+        self.kind == BlockKind::Complete
+            && self.op == Op::Write
+            && self.nr_sector == 0
+            && self.error == 0
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct BlockLayout {
     kind: BlockKind,
