@@ -802,6 +802,10 @@ pub struct Counters {
     /// request it issues in their place (a `flush` row) is done. No row of their own;
     /// the kernel's disk statistics count them as writes.
     pub preflushes: u64,
+    /// Writes with FUA on a disk with a write cache and no FUA: after their data (their
+    /// row) and a flush request (a `flush` row), the kernel ends them with a second
+    /// completion, without data, that is not an I/O of its own.
+    pub postflushes: u64,
     /// Events of I/Os a change of the sampling rate (`--max-rate`) left out of the
     /// sample: parts of I/Os whose other events the kernel filter had already dropped.
     pub resampled: u64,

@@ -860,6 +860,11 @@ fn every_request_the_kernel_counts_is_one_row() {
         // line), and issues a flush request (a `flush` row) that it counts as a flush;
         // fsyncs of four jobs at once can share one.
         fio("--rw=randwrite --bs=4k --ioengine=psync --fsync=2 --size=1m --offset=96m --numjobs=4"),
+        // O_SYNC: writes with FUA, each followed by a flush of the whole disk. Without
+        // FUA in the disk the kernel completes a write's data (its row), issues a flush
+        // (a `flush` row), then ends the write with a completion without data
+        // (`postflushes`).
+        fio("--rw=randwrite --bs=16k --ioengine=psync --sync=1 --size=1m --offset=112m --numjobs=2"),
         format!("cat /sys/block/{}/stat > {}", l.name, after.display()),
     ]
     .join(" && ");
@@ -902,8 +907,19 @@ fn every_request_the_kernel_counts_is_one_row() {
     // The 8 MiB reads were split: more read requests than fio's reads of 8 MiB and
     // of at most 256 KiB could make whole.
     assert!(delta(0) > 8 + 32 * 1024 / 256, "{what}");
-    // fio skips the fsync after a job's last write: 4 × 127 of them.
+    // fio skips the fsync after a job's last write: 4 × 127 of them, and O_SYNC writes
+    // sync the disk too.
     assert!(preflushes >= 4 * 127 && delta(15) > 0, "{what}");
+    let fua = read(std::path::Path::new(&format!(
+        "/sys/block/{}/queue/fua",
+        l.name
+    )));
+    let postflushes = exit_count(&err, "postflushes");
+    if fua.trim() == "0" {
+        assert_eq!(postflushes, 2 * 64, "one per O_SYNC write: {what}");
+    } else {
+        assert_eq!(postflushes, 0, "a disk with FUA: {what}");
+    }
     for f in [csv, before, after] {
         let _ = std::fs::remove_file(f);
     }

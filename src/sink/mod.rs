@@ -191,6 +191,9 @@ impl Health {
         if c.preflushes > 0 {
             s.push_str(&format!("  preflushes {}", c.preflushes));
         }
+        if c.postflushes > 0 {
+            s.push_str(&format!("  postflushes {}", c.postflushes));
+        }
         if self.bad_records > 0 {
             s.push_str(&format!("  bad-records {}", self.bad_records));
         }

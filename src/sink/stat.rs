@@ -771,6 +771,7 @@ mod tests {
         for key in [
             "merged",
             "preflushes",
+            "postflushes",
             "lost_ios",
             "cut",
             "throttled",

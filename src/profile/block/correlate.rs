@@ -27,7 +27,10 @@
 //! A flush (`fsync` on a disk with a write cache) is one request the kernel issues and
 //! completes (a `flush` row), and a write without data that carried the flush, which
 //! the kernel ends without issuing and counts as a write: its completion pairs with
-//! nothing and is counted ([`Counters::preflushes`]), never `unmatched`.
+//! nothing and is counted ([`Counters::preflushes`]), never `unmatched`. A write with
+//! FUA on a disk without FUA completes its data (its row), then a flush request (a
+//! `flush` row), then ends with a completion without data at its sector, counted too
+//! ([`Counters::postflushes`]).
 //!
 //! `qd` is the device's queue depth as the request was issued: the requests issued and
 //! not yet completed on that device, itself included.
@@ -531,7 +534,15 @@ impl BlockCorrelator {
                     self.add(key, p, out);
                 }
             }
-            BlockKind::Complete if e.ends_flush_carrier() => self.counters.preflushes += 1,
+            BlockKind::Complete if e.ends_flush() => {
+                // An empty flush bio starts at sector 0; a write's data does there only
+                // on the disk's first sector.
+                if e.sector == 0 {
+                    self.counters.preflushes += 1;
+                } else {
+                    self.counters.postflushes += 1;
+                }
+            }
             BlockKind::Complete => {
                 self.expire(t, out);
                 self.scan(t);
@@ -1189,6 +1200,28 @@ mod tests {
             ]
         );
         assert_eq!((c.preflushes, c.unmatched, c.incomplete), (1, 0, 0));
+
+        // A write with FUA on a disk without FUA: its data completes, then the kernel
+        // issues a flush and ends the write with a completion without data.
+        let (r, c) = run(
+            &[
+                ev(100, Issue, 96, 32, Op::Write),
+                ev(150, Complete, 96, 32, Op::Write),
+                ev(160, Issue, 0, 0, Op::Flush),
+                ev(200, Complete, u64::MAX, 0, Op::Flush),
+                ev(201, Complete, 96, 0, Op::Write),
+            ],
+            16,
+        );
+        let rows: Vec<_> = r.iter().map(|r| (r.op, r.d2c_ns, r.status)).collect();
+        assert_eq!(
+            rows,
+            vec![
+                (Op::Write, Some(50), Status::Ok),
+                (Op::Flush, Some(40), Status::Ok)
+            ]
+        );
+        assert_eq!((c.postflushes, c.preflushes, c.unmatched), (1, 0, 0));
     }
 
     #[test]

@@ -258,8 +258,8 @@ impl Correlator for NvmeCorrelator {
             HostEvent::Nvme(NvmeEvent::Cmd(c)) => self.on_cmd(ev.time, c, out),
             HostEvent::Nvme(NvmeEvent::Done(d)) => self.on_done(ev.time, ev.cpu, d, out),
             HostEvent::Block(b) if self.devs.contains(&b.dev) => match b.kind {
-                // Not a command's: the driver never saw it.
-                BlockKind::Complete if b.ends_flush_carrier() => {}
+                // Not a command's: it ends a write in the flush sequence.
+                BlockKind::Complete if b.ends_flush() => {}
                 BlockKind::Complete => self.on_block_complete(ev.cpu, b, out),
                 // Flushes carry no sector range, and nvme flush commands no SLBA.
                 BlockKind::BioQueue if b.nr_sector > 0 => {

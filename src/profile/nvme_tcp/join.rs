@@ -132,8 +132,8 @@ impl TcpCorrelator {
     fn on_block(&mut self, t: u64, b: &BlockEvent, out: &mut dyn FnMut(TcpRecord)) {
         match b.kind {
             BlockKind::BioQueue => self.bios.start(t, b.dev, b.sector, StartKind::Bio),
-            // Not a command's: the driver never saw it.
-            BlockKind::Complete if b.ends_flush_carrier() => {}
+            // Not a command's: it ends a write in the flush sequence.
+            BlockKind::Complete if b.ends_flush() => {}
             BlockKind::Complete => self.block_complete(t, b, out),
             _ => {}
         }

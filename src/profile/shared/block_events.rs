@@ -116,12 +116,14 @@ pub struct BlockEvent {
 }
 
 impl BlockEvent {
-    /// The completion of a write without data: the carrier of a cache flush (`fsync`
-    /// on a disk with a write cache). The kernel ends it without issuing it, and
-    /// issues a flush request of its own instead, so no issued request or driver
-    /// command is its, not even one at its sector.
+    /// A write's completion without data: the end of a flush sequence on a disk with
+    /// a write cache, after the flush request the kernel issued for it. Either a write
+    /// without data that only carried a flush (`fsync`), which the kernel ends without
+    /// issuing it, or a write with FUA on a disk without FUA, which completed its data
+    /// already and ends after its post-flush. Neither is the completion of a request
+    /// or driver command still in flight, not even one at its sector.
     #[inline]
-    pub fn ends_flush_carrier(&self) -> bool {
+    pub fn ends_flush(&self) -> bool {
         self.kind == BlockKind::Complete
             && self.op == Op::Write
             && self.nr_sector == 0
