@@ -425,21 +425,37 @@ impl BlockCorrelator {
         }
     }
 
-    fn on_block(&mut self, t: u64, e: &BlockEvent, out: &mut dyn FnMut(BlockRecord)) {
-        if !self.cfg.devices.is_empty() && !self.cfg.devices.contains(&e.dev) {
-            return;
+    /// A completion without data, out of the per-event path: a write's ends a flush
+    /// sequence and is counted; a flush request's is given the sector its issue had.
+    /// `true` when it is dealt with here.
+    #[cold]
+    #[inline(never)]
+    fn without_data(&mut self, t: u64, e: &BlockEvent, out: &mut dyn FnMut(BlockRecord)) -> bool {
+        if e.ends_flush() {
+            // An empty flush bio starts at sector 0; a write's data does there only on
+            // the disk's first sector.
+            if e.sector == 0 {
+                self.counters.preflushes += 1;
+            } else {
+                self.counters.postflushes += 1;
+            }
+            return true;
         }
         // `block_rq_complete` gives a request's position as the request holds it
         // (`blk_rq_pos`), the other request events as `blk_rq_trace_sector` puts it: 0
         // for a request without one. The flush request the kernel issues for an fsync
         // is issued at 0 and completes at 2^64 - 1.
-        let unset;
-        let e = if e.kind == BlockKind::Complete && e.sector == u64::MAX {
-            unset = BlockEvent { sector: 0, ..*e };
-            &unset
-        } else {
-            e
-        };
+        if e.sector == u64::MAX {
+            self.on_block(t, &BlockEvent { sector: 0, ..*e }, out);
+            return true;
+        }
+        false
+    }
+
+    fn on_block(&mut self, t: u64, e: &BlockEvent, out: &mut dyn FnMut(BlockRecord)) {
+        if !self.cfg.devices.is_empty() && !self.cfg.devices.contains(&e.dev) {
+            return;
+        }
         let key = (e.dev, e.sector);
         let fresh = |insert: Option<u64>, issue: Option<u64>| Pending {
             first: t,
@@ -534,16 +550,10 @@ impl BlockCorrelator {
                     self.add(key, p, out);
                 }
             }
-            BlockKind::Complete if e.ends_flush() => {
-                // An empty flush bio starts at sector 0; a write's data does there only
-                // on the disk's first sector.
-                if e.sector == 0 {
-                    self.counters.preflushes += 1;
-                } else {
-                    self.counters.postflushes += 1;
-                }
-            }
             BlockKind::Complete => {
+                if e.nr_sector == 0 && self.without_data(t, e, out) {
+                    return;
+                }
                 self.expire(t, out);
                 self.scan(t);
                 if self.missing.complete > 0 {
