@@ -893,30 +893,51 @@ fn every_request_the_kernel_counts_is_one_row() {
     }
     let got = |m: &std::collections::HashMap<&str, u64>, op| m.get(op).copied().unwrap_or(0);
     let what = format!("kernel {b:?} -> {a:?}, rows {n:?}, bytes {bytes:?}: {err}");
+    // A sample the kernel counted and never wrote (`dropped` on the exit line, rare)
+    // can take a completion without data, which then is not counted, or every event of
+    // an I/O, which then has no row: each count may fall short by that many, never
+    // exceed. Without one, every count is exact.
+    let missing = exit_count(&err, "dropped");
+    let within = |got: u64, want: u64, what: &str| {
+        assert!(
+            got <= want && got + missing >= want,
+            "{got} against the kernel's {want}, {missing} samples missing: {what}"
+        )
+    };
+    let preflushes = exit_count(&err, "preflushes");
+    let postflushes = exit_count(&err, "postflushes");
     // Fields: reads 0, read sectors 2, writes 4, write sectors 6, discards 11, discard
     // sectors 13, flushes 15.
-    assert_eq!(got(&n, "read"), delta(0), "reads: {what}");
-    assert_eq!(got(&bytes, "read"), delta(2) * 512, "{what}");
-    assert_eq!(got(&bytes, "write"), delta(6) * 512, "{what}");
-    assert_eq!(got(&n, "discard"), delta(11), "discards: {what}");
-    assert_eq!(got(&bytes, "discard"), delta(13) * 512, "{what}");
-    assert_eq!(got(&n, "flush"), delta(15), "flushes: {what}");
-    let preflushes = exit_count(&err, "preflushes");
-    assert_eq!(got(&n, "write") + preflushes, delta(4), "writes: {what}");
+    within(got(&n, "read"), delta(0), &format!("reads: {what}"));
+    within(got(&n, "discard"), delta(11), &format!("discards: {what}"));
+    within(got(&n, "flush"), delta(15), &format!("flushes: {what}"));
+    within(
+        got(&n, "write") + preflushes,
+        delta(4),
+        &format!("writes: {what}"),
+    );
+    if missing == 0 {
+        assert_eq!(got(&bytes, "read"), delta(2) * 512, "{what}");
+        assert_eq!(got(&bytes, "write"), delta(6) * 512, "{what}");
+        assert_eq!(got(&bytes, "discard"), delta(13) * 512, "{what}");
+    }
     assert_eq!(n.len(), 4, "only these ops: {what}");
     // The 8 MiB reads were split: more read requests than fio's reads of 8 MiB and
     // of at most 256 KiB could make whole.
     assert!(delta(0) > 8 + 32 * 1024 / 256, "{what}");
     // fio skips the fsync after a job's last write: 4 × 127 of them, and O_SYNC writes
     // sync the disk too.
-    assert!(preflushes >= 4 * 127 && delta(15) > 0, "{what}");
+    assert!(preflushes + missing >= 4 * 127 && delta(15) > 0, "{what}");
     let fua = read(std::path::Path::new(&format!(
         "/sys/block/{}/queue/fua",
         l.name
     )));
-    let postflushes = exit_count(&err, "postflushes");
     if fua.trim() == "0" {
-        assert_eq!(postflushes, 2 * 64, "one per O_SYNC write: {what}");
+        within(
+            postflushes,
+            2 * 64,
+            &format!("one per O_SYNC write: {what}"),
+        );
     } else {
         assert_eq!(postflushes, 0, "a disk with FUA: {what}");
     }

@@ -1201,9 +1201,11 @@ mod tests {
             ],
             16,
         );
-        let rows: Vec<_> = r.iter().map(|r| (r.op, r.d2c_ns, r.status)).collect();
+        let rows = |r: &[BlockRecord]| -> Vec<_> {
+            r.iter().map(|r| (r.op, r.d2c_ns, r.status)).collect()
+        };
         assert_eq!(
-            rows,
+            rows(&r),
             vec![
                 (Op::Flush, Some(60), Status::Ok),
                 (Op::Write, Some(300), Status::Ok)
@@ -1223,9 +1225,8 @@ mod tests {
             ],
             16,
         );
-        let rows: Vec<_> = r.iter().map(|r| (r.op, r.d2c_ns, r.status)).collect();
         assert_eq!(
-            rows,
+            rows(&r),
             vec![
                 (Op::Write, Some(50), Status::Ok),
                 (Op::Flush, Some(40), Status::Ok)

@@ -144,6 +144,18 @@ impl Rig {
         )
     }
 
+    /// A 4k read at sector 0 seen on the host only (a stock target), up to its
+    /// completion queue entry at `b + 150`; its block completion is the caller's (at
+    /// `b + 160` for [`STOCK_READ_STAGES`]).
+    pub(super) fn stock_read(&mut self, b: u64, cid: u64) -> &mut Self {
+        self.bio(b, 0)
+            .queue_rq(b + 10, cid, 2, 4096, 0)
+            .h(b + 20, "try_send", cid, &[])
+            .h(b + 30, "done_send_req", cid, &[])
+            .h(b + 130, "handle_c2h_data", cid, &[("recv_time", b + 120)])
+            .h(b + 150, "process_nvme_cqe", cid, &[("recv_time", b + 140)])
+    }
+
     /// The block completion of a write without data that carried an fsync's flush.
     pub(super) fn carrier_done(&mut self, t: u64) -> &mut Self {
         let raw = RecordBuilder::new(&self.fmts["block_rq_complete"])
@@ -259,6 +271,15 @@ pub(super) fn read(r: &mut Rig, base: u64, cid: u64, sector: u64) {
             &[("recv_time", b + 1850)],
         )
         .blk_done(b + 2000, sector);
+}
+
+/// The host stages of [`Rig::stock_read`] with its block completion 10 ns after the
+/// completion queue entry.
+const STOCK_READ_STAGES: [u64; 6] = [10, 10, 100, 10, 20, 10];
+
+/// The six host stages, each present.
+fn host_stages(r: &TcpRecord) -> Vec<u64> {
+    stages(r)[..6].iter().map(|v| v.unwrap()).collect()
 }
 
 pub(super) fn stages(r: &TcpRecord) -> Vec<Option<u64>> {
@@ -804,13 +825,7 @@ fn a_stock_target_still_gives_the_host_stages() {
     let mut r = rig();
     let (b, cid) = (3_000, 0x0011);
     let stock = |r: &mut Rig, b: u64| {
-        r.bio(b, 0)
-            .queue_rq(b + 10, cid, 2, 4096, 0)
-            .h(b + 20, "try_send", cid, &[])
-            .h(b + 30, "done_send_req", cid, &[])
-            .h(b + 130, "handle_c2h_data", cid, &[("recv_time", b + 120)])
-            .h(b + 150, "process_nvme_cqe", cid, &[("recv_time", b + 140)])
-            .blk_done(b + 160, 0);
+        r.stock_read(b, cid).blk_done(b + 160, 0);
     };
     stock(&mut r, b);
     // No target traffic for this controller on this machine (a remote or stock
@@ -822,13 +837,7 @@ fn a_stock_target_still_gives_the_host_stages() {
         (cl["chain"].as_str(), cl["status"].as_str()),
         ("complete", "ok")
     );
-    assert_eq!(
-        stages(&out[0])[..6]
-            .iter()
-            .map(|v| v.unwrap())
-            .collect::<Vec<_>>(),
-        [10, 10, 100, 10, 20, 10]
-    );
+    assert_eq!(host_stages(&out[0]), STOCK_READ_STAGES);
     // Once the target side has served this controller, a host I/O without its
     // target part is a gap in the chain.
     read(&mut r, 10_000, 0x1003, 800);
@@ -865,22 +874,11 @@ fn sampling_drops_unsampled_block_events_quietly() {
 fn the_completion_of_a_flush_carrier_ends_no_io_at_its_sector() {
     let mut r = rig();
     let (b, cid) = (3_000, 0x0011);
-    r.bio(b, 0)
-        .queue_rq(b + 10, cid, 2, 4096, 0)
-        .h(b + 20, "try_send", cid, &[])
-        .h(b + 30, "done_send_req", cid, &[])
-        .h(b + 130, "handle_c2h_data", cid, &[("recv_time", b + 120)])
-        .h(b + 150, "process_nvme_cqe", cid, &[("recv_time", b + 140)])
+    r.stock_read(b, cid)
         .carrier_done(b + 155)
         .blk_done(b + 160, 0);
     let (out, c, _) = r.run(TcpConfig::default(), 100);
     assert_eq!(out.len(), 1, "{out:#?}");
     assert_eq!((c.unmatched, c.incomplete), (0, 0));
-    assert_eq!(
-        stages(&out[0])[..6]
-            .iter()
-            .map(|v| v.unwrap())
-            .collect::<Vec<_>>(),
-        [10, 10, 100, 10, 20, 10]
-    );
+    assert_eq!(host_stages(&out[0]), STOCK_READ_STAGES);
 }
