@@ -115,6 +115,10 @@ pub struct BlockConfig {
     /// `block_rq_insert` is traced. Without it every request looks issued directly,
     /// so its queue time is unknown: q2c is left empty, not set to d2c.
     pub inserts: bool,
+    /// The kernel filters sample I/Os by sector bits (`--sample`, `--max-rate`). A
+    /// flush request has no sector to sample by: issued at 0, which every mask keeps,
+    /// and completed at 2^64 - 1, which only 1 in 1 does. It is left out whole.
+    pub sampled: bool,
 }
 
 impl Default for BlockConfig {
@@ -124,6 +128,7 @@ impl Default for BlockConfig {
             names: HashMap::new(),
             max_in_flight: DEFAULT_MAX,
             inserts: true,
+            sampled: false,
         }
     }
 }
@@ -446,7 +451,9 @@ impl BlockCorrelator {
         // for a request without one. The flush request the kernel issues for an fsync
         // is issued at 0 and completes at 2^64 - 1.
         if e.sector == u64::MAX {
-            self.on_block(t, &BlockEvent { sector: 0, ..*e }, out);
+            if !(self.cfg.sampled && e.op == Op::Flush) {
+                self.on_block(t, &BlockEvent { sector: 0, ..*e }, out);
+            }
             return true;
         }
         false
@@ -484,6 +491,7 @@ impl BlockCorrelator {
                     self.add(key, fresh(Some(t), None), out);
                 }
             }
+            BlockKind::Issue if self.cfg.sampled && e.op == Op::Flush && e.nr_sector == 0 => {}
             BlockKind::Issue => {
                 let left_out = !self.gate.admits(e.sector, t)
                     // Inserted while the gate left it out, issued after.
@@ -1233,6 +1241,31 @@ mod tests {
             ]
         );
         assert_eq!((c.postflushes, c.preflushes, c.unmatched), (1, 0, 0));
+    }
+
+    #[test]
+    fn a_sampled_trace_leaves_flush_requests_out_whole() {
+        use BlockKind::*;
+        let mut c = BlockCorrelator::new(BlockConfig {
+            sampled: true,
+            ..Default::default()
+        });
+        let mut r = Vec::new();
+        // 1 in 1 under --max-rate lets the flush's completion through; other rates
+        // keep only its issue at 0. Either way it is no row and nothing unmatched.
+        for e in [
+            ev(200, Issue, 0, 0, Op::Flush),
+            ev(260, Complete, u64::MAX, 0, Op::Flush),
+            ev(261, Complete, 0, 0, Op::Write),
+            ev(300, Issue, 0, 0, Op::Flush),
+            ev(361, Complete, 0, 0, Op::Write),
+        ] {
+            c.on_event(&e, &mut |x| r.push(x));
+        }
+        c.finish(&mut |x| r.push(x));
+        let n = c.counters();
+        assert!(r.is_empty(), "{r:?}");
+        assert_eq!((n.preflushes, n.unmatched, n.incomplete), (2, 0, 0));
     }
 
     #[test]

@@ -119,6 +119,7 @@ impl Profile for Block {
             devices: devs,
             names: ctx.sys.names(),
             inserts,
+            sampled: rate > 1 || sample::dynamic(ctx),
             ..Default::default()
         })))
     }
