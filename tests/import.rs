@@ -370,6 +370,92 @@ fn pipe_mode_and_the_other_readers_of_a_capture() {
     }
 }
 
+/// A capture without the queue insert: the line `list --perf-record --stages d2c`
+/// prints, and the classic two events (issue, complete) with no filter. Every I/O is a
+/// row with d2c and empty q2d/q2c, and the exit says why they are empty.
+#[test]
+fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
+    let test = "a_capture_of_issue_and_complete_only_gives_d2c_rows";
+    if !kernel_ready(test) || !tool_ready(test, "perf", &["--version"]) {
+        return;
+    }
+    let l = LoopDev::new("import-d2c", 32);
+    l.scheduler("mq-deadline");
+    let out = run_ok(Command::new(bin()).args([
+        "list",
+        "--perf-record",
+        "block",
+        "-d",
+        &l.name,
+        "--stages",
+        "d2c",
+    ]));
+    let listed = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!listed.contains("block_rq_insert"), "{listed}");
+    let classic = "perf record -a -e block:block_rq_issue -e block:block_rq_complete".to_string();
+    let data = tmp("import-d2c.data");
+    let csv = tmp("import-d2c.csv");
+    let dd = format!(
+        "dd if=/dev/zero of={} bs=4k count=37 oflag=direct status=none",
+        l.dev
+    );
+    for line in [listed, classic] {
+        run_ok(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("{line} -q -o {} -- {dd}", data.display())),
+        );
+        let err = import(&data, &csv);
+        let rows: Vec<_> = read_csv(&csv)
+            .into_iter()
+            .filter(|r| r["device"] == l.name)
+            .collect();
+        assert_eq!(rows.len(), 37, "{line}\n{err}");
+        for r in &rows {
+            assert_eq!(r["status"], "ok", "{line}\n{r:?}\n{err}");
+            assert!(inum(r, "d2c_ns") > 0, "{r:?}");
+            assert_eq!(
+                (r["q2d_ns"].as_str(), r["q2c_ns"].as_str()),
+                ("", ""),
+                "{r:?}"
+            );
+        }
+        assert!(
+            err.contains("block_rq_insert is not in the capture: rows have d2c only"),
+            "{err}"
+        );
+        let out = run_ok(Command::new(bin()).args(["stat", "--input"]).arg(&data));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            table_count(&text, &[&l.name, "write"], "d2c"),
+            Some(37),
+            "{text}"
+        );
+    }
+    // Named, the profile takes the capture too; a profile an event every row needs
+    // is missing from is still refused.
+    let out = run_ok(
+        Command::new(bin())
+            .args(["import", "-p", "block"])
+            .arg(&data),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().count() > 37, "{text}");
+    let out = Command::new(bin())
+        .args(["import", "-p", "bio"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("lacks the bio profile's events block:block_bio_queue"),
+        "{err}"
+    );
+    for p in [&data, &csv] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
 /// A truncated capture, a corrupted one and a file that is not one: a clear error
 /// naming the file, no panic.
 #[test]

@@ -292,7 +292,8 @@ pub struct ImportArgs {
     /// The perf.data (file or pipe mode; `-` reads a pipe-mode stream from standard input).
     pub file: PathBuf,
     /// The profile to join the events with (default: the one whose required events are
-    /// all in the capture).
+    /// all in the capture). An event only some stages need may be missing (block:
+    /// issue and complete alone give d2c): those stages are then empty.
     #[arg(short, long)]
     pub profile: Option<String>,
     #[command(flatten)]

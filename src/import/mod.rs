@@ -477,7 +477,7 @@ impl Capture {
             let missing: Vec<String> = p
                 .events()
                 .iter()
-                .filter(|r| r.required && !has(r.system, r.event))
+                .filter(|r| p.descriptor().every_row_needs(r) && !has(r.system, r.event))
                 .map(|r| format!("{}:{}", r.system, r.event))
                 .collect();
             if !missing.is_empty() {
@@ -495,7 +495,7 @@ impl Capture {
             .filter(|p| {
                 p.events()
                     .iter()
-                    .all(|r| !r.required || has(r.system, r.event))
+                    .all(|r| !p.descriptor().every_row_needs(r) || has(r.system, r.event))
             })
             .map(|p| {
                 let used = p.events().iter().filter(|r| has(r.system, r.event)).count();

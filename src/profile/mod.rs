@@ -162,6 +162,19 @@ pub struct Descriptor {
     pub needs: &'static [Need],
 }
 
+impl Descriptor {
+    /// Whether only some stages need `event` (see [`Descriptor::needs`]): a capture
+    /// without it still gives every row, those stages empty.
+    pub fn stage_only(&self, event: &str) -> bool {
+        self.needs.iter().any(|n| n.events.contains(&event))
+    }
+
+    /// Whether every row needs `system:event`: required, and not only for some stages.
+    pub fn every_row_needs(&self, req: &EventReq) -> bool {
+        req.required && !self.stage_only(req.event)
+    }
+}
+
 /// The events one stage is measured from (see [`Descriptor::needs`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Need {
@@ -389,10 +402,15 @@ impl PlanCtx<'_> {
     }
 
     fn require_where(&self, applies: impl Fn(&EventReq) -> bool) -> Result<(), PlanError> {
+        // A capture's events are what perf recorded: one only some stages need may be
+        // absent, and those stages are then empty (the profile says so in a note).
+        let optional_here = |e: &EventReq| {
+            self.capture && find(self.profile).is_some_and(|p| p.descriptor().stage_only(e.event))
+        };
         let missing: Vec<String> = self
             .status
             .iter()
-            .filter(|s| applies(&s.req) && self.wants(s.req.event))
+            .filter(|s| applies(&s.req) && self.wants(s.req.event) && !optional_here(&s.req))
             .filter_map(|s| {
                 s.missing
                     .as_ref()

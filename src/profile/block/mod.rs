@@ -113,7 +113,14 @@ impl Profile for Block {
         }
         let inserts = ctx.opens("block", "block_rq_insert");
         if !inserts {
-            b.note("block_rq_insert is not traced (--stages): rows have d2c only, q2d and q2c are empty");
+            let why = if ctx.has("block", "block_rq_insert") {
+                "is not traced (--stages)"
+            } else {
+                "is not in the capture"
+            };
+            b.note(format!(
+                "block_rq_insert {why}: rows have d2c only, q2d and q2c are empty"
+            ));
         }
         Ok(b.build(BlockCorrelator::new(BlockConfig {
             devices: devs,
