@@ -372,7 +372,8 @@ fn pipe_mode_and_the_other_readers_of_a_capture() {
 
 /// A capture without the queue insert: the line `list --perf-record --stages d2c`
 /// prints, and the classic two events (issue, complete) with no filter. Every I/O is a
-/// row with d2c and empty q2d/q2c, and the exit says why they are empty.
+/// row with d2c and empty q2d/q2c, and the exit says why they are empty. A capture perf
+/// itself sampled (`-F`) is refused.
 #[test]
 fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
     let test = "a_capture_of_issue_and_complete_only_gives_d2c_rows";
@@ -432,6 +433,26 @@ fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
             "{text}"
         );
     }
+    // perf's own sampling (-F: a frequency) keeps some firings of each event: refused,
+    // with what to do, rather than rows that pair one I/O's issue with another's end.
+    run_ok(Command::new("sh").arg("-c").arg(format!(
+        "perf record -a -F 100 -e block:block_rq_issue -e block:block_rq_complete -q -o {}.F -- {dd}",
+        data.display()
+    )));
+    let out = Command::new(bin())
+        .arg("import")
+        .arg(format!("{}.F", data.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "perf sampled event block:block_rq_issue (at most 100 samples/s, perf record -F 100)"
+        ) && err.contains("without -F or -c"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(format!("{}.F", data.display()));
     // Named, the profile takes the capture too; a profile an event every row needs
     // is missing from is still refused.
     let out = run_ok(

@@ -21,7 +21,7 @@ use crate::sink::time::WallClock;
 use crate::sink::{Health, SinkError};
 use crate::tracefs::{parse_format, Tracefs};
 use linux_perf_data::linux_perf_event_reader::{
-    ClockId, EventRecord, PerfClock, PerfEventType, SampleFormat,
+    ClockId, EventRecord, PerfClock, PerfEventAttr, PerfEventType, SampleFormat, SamplingPolicy,
 };
 use linux_perf_data::{Feature, PerfFile, PerfFileReader, PerfFileRecord, PerfRecordIter};
 use std::cell::RefCell;
@@ -64,6 +64,12 @@ pub enum ImportError {
         event: String,
         what: &'static str,
     },
+    #[error("{}: perf sampled event {event} ({how}), so most I/Os lack events and the rest would pair wrongly; record every event: without -F or -c (the line `ntprof-perf list --perf-record PROFILE` prints)", path.display())]
+    Sampled {
+        path: PathBuf,
+        event: String,
+        how: String,
+    },
     #[error("{}: the capture holds no tracepoint events", path.display())]
     NoTracepoints { path: PathBuf },
     #[error("{}: tracepoint id {id} is not in the formats ({origin}); the formats are from another kernel", path.display())]
@@ -85,6 +91,23 @@ pub enum ImportError {
     AmbiguousProfile { path: PathBuf, candidates: String },
     #[error(transparent)]
     Sink(#[from] SinkError),
+}
+
+/// How perf sampled an event, when it wrote fewer samples than the event fired.
+/// A tracepoint writes every firing when its period is 1, or with any fixed period when
+/// each sample records its period (`perf_swevent_event`: `PERF_SAMPLE_PERIOD` and no
+/// frequency make every firing an overflow); `-F` (a frequency) thins them.
+fn sampled(attr: &PerfEventAttr) -> Option<String> {
+    match attr.sampling_policy {
+        SamplingPolicy::Period(n)
+            if n.get() == 1 || attr.sample_format.contains(SampleFormat::PERIOD) =>
+        {
+            None
+        }
+        SamplingPolicy::Period(n) => Some(format!("1 in {n}, perf record -c {n}")),
+        SamplingPolicy::Frequency(f) => Some(format!("at most {f} samples/s, perf record -F {f}")),
+        SamplingPolicy::NoSampling => Some("counted, not sampled".into()),
+    }
 }
 
 /// The clock a capture's samples are stamped with.
@@ -425,6 +448,13 @@ impl Capture {
                         what,
                     });
                 }
+            }
+            if let Some(how) = sampled(&a.attr) {
+                return Err(ImportError::Sampled {
+                    path: p(),
+                    event: name,
+                    how,
+                });
             }
             if let PerfClock::ClockId(c) = a.attr.clock {
                 clock = CaptureClock::Id {
