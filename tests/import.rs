@@ -372,8 +372,9 @@ fn pipe_mode_and_the_other_readers_of_a_capture() {
 
 /// A capture without the queue insert: the line `list --perf-record --stages d2c`
 /// prints, and the classic two events (issue, complete) with no filter. Every I/O is a
-/// row with d2c and empty q2d/q2c, and the exit says why they are empty. A capture perf
-/// itself sampled (`-F`) is refused.
+/// row with d2c and empty q2d/q2c, and the exit says why they are empty. A capture of
+/// one task or one CPU is imported with a warning; one perf itself sampled (`-F`) is
+/// refused.
 #[test]
 fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
     let test = "a_capture_of_issue_and_complete_only_gives_d2c_rows";
@@ -425,6 +426,7 @@ fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
             err.contains("block_rq_insert is not in the capture: rows have d2c only"),
             "{err}"
         );
+        assert!(!err.contains("warning: the capture"), "{err}");
         let out = run_ok(Command::new(bin()).args(["stat", "--input"]).arg(&data));
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(
@@ -433,6 +435,26 @@ fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
             "{text}"
         );
     }
+    // A capture of one task (no -a) or of some CPUs (-C) is imported with a warning
+    // that says why I/Os are cut.
+    for (scope, want) in [
+        ("", "the capture followed one task (tid "),
+        ("-C 0", "the capture covers only CPU 0 (1 of the host's "),
+    ] {
+        run_ok(Command::new("sh").arg("-c").arg(format!(
+            "perf record {scope} -e block:block_rq_issue -e block:block_rq_complete -q -o {}.scope -- {dd}",
+            data.display()
+        )));
+        let err = import(Path::new(&format!("{}.scope", data.display())), &csv);
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if scope.is_empty() || online > 1 {
+            assert!(
+                err.contains(want) && err.contains("record with -a"),
+                "{err}"
+            );
+        }
+    }
+    let _ = std::fs::remove_file(format!("{}.scope", data.display()));
     // perf's own sampling (-F: a frequency) keeps some firings of each event: refused,
     // with what to do, rather than rows that pair one I/O's issue with another's end.
     run_ok(Command::new("sh").arg("-c").arg(format!(

@@ -7,12 +7,11 @@ use super::live::row_writer;
 use anyhow::Result;
 use clap::parser::ValueSource;
 use ntprof_perf::device::SysBlock;
-use ntprof_perf::import::Capture;
+use ntprof_perf::import::{Capture, Replayed};
 use ntprof_perf::profile::{self, Plan, Profile};
 use ntprof_perf::sink::parquet::FileInfo;
 use ntprof_perf::sink::recorder::{Recorder, StatusLine};
 use ntprof_perf::sink::stat::StatSink;
-use ntprof_perf::sink::Health;
 use ntprof_perf::tracefs::Tracefs;
 use std::path::{Path, PathBuf};
 
@@ -63,7 +62,8 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
 }
 
 /// What the exit line adds to the counters for a capture.
-fn report_end(what: &str, cap_clock: &str, health: &Health) {
+fn report_end(what: &str, cap_clock: &str, replayed: &Replayed) {
+    let health = &replayed.health;
     eprintln!("ntprof-perf: {what}; {}", health.line());
     eprintln!("ntprof-perf: clock: {cap_clock}");
     if health.lost > 0 {
@@ -77,6 +77,9 @@ fn report_end(what: &str, cap_clock: &str, health: &Health) {
             "ntprof-perf: warning: the capture holds {} samples twice, byte for byte (perf wrote part of a ring again); each was used once",
             health.duplicates
         );
+    }
+    if let Some(n) = &replayed.narrowed {
+        eprintln!("ntprof-perf: warning: {n}");
     }
     if health.throttled > 0 {
         eprintln!(
@@ -118,8 +121,8 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
             ""
         }
     );
-    let health = cap.replay(plan.stages.as_mut(), &mut rec)?;
-    rec.finish(Some(&health))?;
+    let replayed = cap.replay(plan.stages.as_mut(), &mut rec)?;
+    rec.finish(Some(&replayed.health))?;
     let rows = match rec.min_ns() {
         None => format!("{} I/Os written to {to}", rec.written()),
         Some(min) => format!(
@@ -128,7 +131,7 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
             rec.written()
         ),
     };
-    report_end(&rows, &described, &health);
+    report_end(&rows, &described, &replayed);
     Ok(0)
 }
 
@@ -166,14 +169,14 @@ pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32>
     } = prepare(input, name, a.sel.tracefs.as_deref())?;
     let mut sink = StatSink::new(p.schema(), Box::new(std::io::stdout()), a.show.format());
     let described = cap.clock.describe();
-    let health = cap.replay(plan.stages.as_mut(), &mut sink)?;
+    let replayed = cap.replay(plan.stages.as_mut(), &mut sink)?;
     let header = format!(
         "summary: profile {}, imported from {}",
         p.name(),
         input.display()
     );
-    sink.finish(&header, &health)?;
-    report_end("stat done", &described, &health);
+    sink.finish(&header, &replayed.health)?;
+    report_end("stat done", &described, &replayed);
     Ok(0)
 }
 

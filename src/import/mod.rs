@@ -23,7 +23,9 @@ use crate::tracefs::{parse_format, Tracefs};
 use linux_perf_data::linux_perf_event_reader::{
     ClockId, EventRecord, PerfClock, PerfEventAttr, PerfEventType, SampleFormat, SamplingPolicy,
 };
-use linux_perf_data::{Feature, PerfFile, PerfFileReader, PerfFileRecord, PerfRecordIter};
+use linux_perf_data::{
+    Feature, PerfFile, PerfFileReader, PerfFileRecord, PerfRecordIter, UserRecordType,
+};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -108,6 +110,108 @@ fn sampled(attr: &PerfEventAttr) -> Option<String> {
         SamplingPolicy::Frequency(f) => Some(format!("at most {f} samples/s, perf record -F {f}")),
         SamplingPolicy::NoSampling => Some("counted, not sampled".into()),
     }
+}
+
+/// What the capture watched, from perf's THREAD_MAP and CPU_MAP records, when it was
+/// less than the whole machine. A completion runs wherever the device's interrupt lands,
+/// in whatever task is on that CPU, so a capture that follows tasks or some CPUs cuts
+/// I/Os: their rows are `incomplete` and their completions unmatched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Narrowed {
+    /// Per-task (`perf record -p`, `-t`, or a command without `-a`): these tids.
+    Tasks(Vec<u64>),
+    /// `perf record -C`: these CPUs of the `online` the recording host had.
+    Cpus { recorded: Vec<u32>, online: u32 },
+}
+
+impl std::fmt::Display for Narrowed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Narrowed::Tasks(t) => {
+                let shown: Vec<String> = t.iter().take(4).map(u64::to_string).collect();
+                write!(
+                    f,
+                    "the capture followed {} (tid {}{}), not the whole machine (perf record without -a): a completion runs in whatever task the device interrupts, so I/Os whose events ran in other tasks are cut (incomplete rows, unmatched completions); record with -a (the line `ntprof-perf list --perf-record PROFILE` prints)",
+                    if t.len() == 1 { "one task".to_string() } else { format!("{} tasks", t.len()) },
+                    shown.join(", "),
+                    if t.len() > 4 { ", …" } else { "" }
+                )
+            }
+            Narrowed::Cpus { recorded, online } => {
+                let shown: Vec<String> = recorded.iter().map(u32::to_string).collect();
+                write!(
+                    f,
+                    "the capture covers only CPU {} ({} of the host's {online}; perf record -C): I/Os whose events ran on other CPUs are cut (incomplete rows, unmatched completions); record with -a",
+                    shown.join(","),
+                    recorded.len()
+                )
+            }
+        }
+    }
+}
+
+/// What a replay gives besides the rows.
+#[derive(Debug)]
+pub struct Replayed {
+    pub health: Health,
+    /// Set when the capture watched less than the whole machine.
+    pub narrowed: Option<Narrowed>,
+}
+
+/// The CPUs of a `PERF_RECORD_CPU_MAP` payload (perf's three encodings: a list, a
+/// bitmask of 32- or 64-bit words, a range); `None` when it cannot be read.
+fn cpu_map(d: &[u8]) -> Option<Vec<u32>> {
+    let u16_at = |at: usize| -> Option<u16> {
+        d.get(at..at + 2)
+            .and_then(|b| b.try_into().ok())
+            .map(u16::from_le_bytes)
+    };
+    match u16_at(0)? {
+        0 => {
+            let nr = usize::from(u16_at(2)?);
+            // −1 (any CPU): the events were opened on every CPU.
+            (0..nr)
+                .map(|i| u16_at(4 + 2 * i).filter(|&c| c != u16::MAX).map(u32::from))
+                .collect()
+        }
+        1 => {
+            let (nr, word) = (usize::from(u16_at(2)?), usize::from(u16_at(4)?));
+            // Words start after the 16-bit fields; a 64-bit word after 4 bytes of
+            // padding that keeps the old layout.
+            let first = match word {
+                4 => 6,
+                8 => 10,
+                _ => return None,
+            };
+            let mut cpus = Vec::new();
+            for w in 0..nr {
+                let at = first + w * word;
+                let bytes = d.get(at..at + word)?;
+                for (i, byte) in bytes.iter().enumerate() {
+                    for bit in 0..8 {
+                        if byte & (1 << bit) != 0 {
+                            cpus.push(((w * word + i) * 8 + bit) as u32);
+                        }
+                    }
+                }
+            }
+            Some(cpus)
+        }
+        2 if *d.get(2)? == 0 => Some((u32::from(u16_at(4)?)..=u32::from(u16_at(6)?)).collect()),
+        _ => None,
+    }
+}
+
+/// The tids of a `PERF_RECORD_THREAD_MAP` payload: a count, then per task its tid and
+/// 16 bytes of name. A system-wide capture's map is one entry, −1.
+fn thread_map(d: &[u8]) -> Option<Vec<u64>> {
+    let nr = usize::try_from(le64(d, 0)).ok()?;
+    (0..nr)
+        .map(|i| {
+            let at = 8 + i.checked_mul(24)?;
+            d.get(at..at + 8).map(|_| le64(d, at))
+        })
+        .collect()
 }
 
 /// The clock a capture's samples are stamped with.
@@ -220,6 +324,8 @@ pub struct Capture {
     /// Where it was recorded (perf's HOSTNAME and OSRELEASE sections), when said.
     pub host: Option<String>,
     pub kernel: Option<String>,
+    /// The recording host's online CPUs (perf's NRCPUS section), when said.
+    online_cpus: Option<u32>,
     file: PerfFile,
     records: Records,
 }
@@ -481,6 +587,7 @@ impl Capture {
         }
         let host = file.hostname().ok().flatten().map(str::to_string);
         let kernel = file.os_release().ok().flatten().map(str::to_string);
+        let online_cpus = file.nr_cpus().ok().flatten().map(|n| n.nr_cpus_online);
         Ok(Capture {
             path: p(),
             pipe,
@@ -489,6 +596,7 @@ impl Capture {
             clock,
             host,
             kernel,
+            online_cpus,
             file,
             records,
         })
@@ -557,7 +665,7 @@ impl Capture {
         mut self,
         pipe: &mut dyn Stages,
         sink: &mut dyn RecordSink,
-    ) -> Result<Health, ImportError> {
+    ) -> Result<Replayed, ImportError> {
         let mut tally = Tally::default();
         let mut first_err = None;
         let path = self.path.clone();
@@ -595,7 +703,20 @@ impl Capture {
         h.throttled = tally.throttled;
         h.unthrottled = tally.unthrottled;
         h.duplicates = tally.duplicates;
-        Ok(h)
+        let narrowed = match (tally.tasks, tally.cpus, self.online_cpus) {
+            (Some(t), _, _) if !t.is_empty() && t != [u64::MAX] => Some(Narrowed::Tasks(t)),
+            (_, Some(c), Some(online)) if !c.is_empty() && (c.len() as u32) < online => {
+                Some(Narrowed::Cpus {
+                    recorded: c,
+                    online,
+                })
+            }
+            _ => None,
+        };
+        Ok(Replayed {
+            health: h,
+            narrowed,
+        })
     }
 }
 
@@ -656,6 +777,9 @@ struct Tally {
     bad: u64,
     same_time: SameTime,
     duplicates: u64,
+    /// The tids of perf's THREAD_MAP, and the CPUs of its CPU_MAP.
+    tasks: Option<Vec<u64>>,
+    cpus: Option<Vec<u32>>,
 }
 
 /// The samples of the latest timestamp, to tell a copy from an event. Stock `perf
@@ -713,8 +837,16 @@ fn feed<R: Read>(
     let mut since_round = 0u32;
     let mut last = 0u64;
     while let Some(rec) = it.next_record(file)? {
-        let PerfFileRecord::EventRecord { record, .. } = rec else {
-            continue;
+        let record = match rec {
+            PerfFileRecord::EventRecord { record, .. } => record,
+            PerfFileRecord::UserRecord(u) => {
+                if u.record_type == UserRecordType::PERF_THREAD_MAP {
+                    tally.tasks = thread_map(&u.data.as_slice());
+                } else if u.record_type == UserRecordType::PERF_CPU_MAP {
+                    tally.cpus = cpu_map(&u.data.as_slice());
+                }
+                continue;
+            }
         };
         // Only the kinds read here are parsed: the crate's parsers of others (MMAP2)
         // assert on what a corrupted file can hold.
@@ -1007,5 +1139,55 @@ mod tests {
         assert_eq!(mono.wall().wall_ns(1), 6);
         assert!(!CaptureClock::PerfDefault.is_wall());
         assert!(CaptureClock::PerfDefault.describe().contains("relative"));
+    }
+
+    /// perf's CPU_MAP encodings (tools/lib/perf `perf_record_cpu_map_data`), as perf
+    /// writes them: a list, a bitmask in 32- or 64-bit words, a range; −1 (any CPU)
+    /// and what cannot be read say nothing.
+    #[test]
+    fn cpu_maps_in_each_encoding() {
+        let w16 = |v: &[u16]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        assert_eq!(cpu_map(&w16(&[0, 3, 0, 2, 5])), Some(vec![0, 2, 5]));
+        assert_eq!(cpu_map(&w16(&[0, 2, 0, u16::MAX])), None);
+        assert_eq!(cpu_map(&w16(&[0, 3, 0])), None, "list cut short");
+        let mut m32 = w16(&[1, 2, 4]);
+        m32.extend_from_slice(&0b1001u32.to_le_bytes());
+        m32.extend_from_slice(&1u32.to_le_bytes());
+        assert_eq!(cpu_map(&m32), Some(vec![0, 3, 32]));
+        let mut m64 = w16(&[1, 1, 8]);
+        m64.extend_from_slice(&[0; 4]);
+        m64.extend_from_slice(&(1u64 << 40 | 2).to_le_bytes());
+        assert_eq!(cpu_map(&m64), Some(vec![1, 40]));
+        assert_eq!(cpu_map(&m64[..12]), None, "mask cut short");
+        let range = |any: u8, a: u16, b: u16| {
+            let mut d = w16(&[2]);
+            d.extend_from_slice(&[any, 0]);
+            d.extend_from_slice(&w16(&[a, b]));
+            d
+        };
+        assert_eq!(cpu_map(&range(0, 2, 4)), Some(vec![2, 3, 4]));
+        assert_eq!(cpu_map(&range(1, 0, 1)), None);
+        assert_eq!(cpu_map(&w16(&[7, 1])), None, "unknown encoding");
+        assert_eq!(cpu_map(&[]), None);
+    }
+
+    #[test]
+    fn thread_maps_say_which_tasks() {
+        let map = |tids: &[u64]| {
+            let mut d = (tids.len() as u64).to_le_bytes().to_vec();
+            for t in tids {
+                d.extend_from_slice(&t.to_le_bytes());
+                d.extend_from_slice(&[0; 16]);
+            }
+            d
+        };
+        assert_eq!(thread_map(&map(&[u64::MAX])), Some(vec![u64::MAX]));
+        assert_eq!(thread_map(&map(&[17, 18])), Some(vec![17, 18]));
+        let mut cut = map(&[17, 18]);
+        cut.truncate(8 + 24 + 4);
+        assert_eq!(thread_map(&cut), None);
+        let mut huge = map(&[17]);
+        huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(thread_map(&huge), None);
     }
 }
