@@ -533,6 +533,9 @@ impl Counting {
         h.unthrottled = kinds.unthrottled;
         h.other_records = kinds.other;
         h.sample = self.sample;
+        let hp = group.hotplug();
+        h.cpus_offlined = hp.offlined;
+        h.cpus_onlined = hp.onlined;
         h
     }
 }
@@ -598,6 +601,7 @@ fn run_rounds(
     rate: &mut Option<&mut RateControl>,
 ) -> Result<StopReason, RunError> {
     let mut next_tick = opts.tick.map(|t| Instant::now() + t);
+    let mut online = crate::perf::OnlineWatch::new();
     loop {
         let mut stop = should_stop()?;
         if stop.is_none() && opts.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -615,6 +619,15 @@ fn run_rounds(
         drain_round(group, pipe, sink)?;
         if settles {
             counting.after_drain(group, pipe);
+        }
+        // A CPU that came online is traced from the next round; one that went offline
+        // keeps its ring for its counts (see `PerfGroup::follow_cpus`). A snapshot
+        // pending across the change is dropped: its rings are not those of the next.
+        if let Some(cpus) = online.changed() {
+            if group.follow_cpus(&cpus)? {
+                let _ = group.settle();
+                counting.pending = None;
+            }
         }
         if let Some(r) = rate.as_deref_mut() {
             r.step(group, pipe)?;

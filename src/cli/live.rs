@@ -511,6 +511,12 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             health.dropped_per_cpu.text()
         );
     }
+    if health.cpus_onlined > 0 {
+        eprintln!(
+            "ntprof-perf: warning: {} CPUs came online while tracing and were traced from the next drain round on; their events before that were in no ring and no count, and the I/Os they cut are `incomplete` rows or unmatched completions",
+            health.cpus_onlined
+        );
+    }
     if health.missing() > 0 {
         if let Output::Rows(s) = &out {
             // Every I/O seen, written or left out by --min-latency.

@@ -155,6 +155,11 @@ struct CpuRing {
     /// off. An event that is off counts nothing, and `--max-rate` keeps most of the
     /// parts of its sample off: they are read once, not at every snapshot.
     frozen: Vec<Option<[u64; 2]>>,
+    /// The CPU went offline: the kernel took its events out (a group is broken up)
+    /// and never puts them back, so they count and sample nothing more. Their counts
+    /// stay readable one by one; a CPU that comes back gets a new ring (see
+    /// [`PerfGroup::follow_cpus`]).
+    dead: bool,
 }
 
 /// The kernel's counts of one ring's events, and the samples received that were
@@ -209,6 +214,20 @@ pub struct Tally {
 /// [`missing_at_most`](Tally::missing_at_most) at least: the two agree when no sample
 /// was stamped while the count was read.
 impl Tally {
+    /// Another ring's tally of the same CPU and event: the sums, the read window
+    /// spanning both.
+    fn add(&mut self, o: &Tally) {
+        self.at = self.at.min(o.at);
+        self.read_by = self.read_by.max(o.read_by);
+        self.counted += o.counted;
+        self.received += o.received;
+        self.received_at += o.received_at;
+        self.lost = match (self.lost, o.lost) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
+
     /// Samples counted that did not arrive, lost or dropped: those stamped during the
     /// read taken as counted (they may hide as many that went missing).
     pub fn missing(&self) -> u64 {
@@ -246,6 +265,26 @@ pub struct PerfGroup {
     lost_format: bool,
     /// Whether each CPU's events are one group ([`GroupConfig::grouped`]).
     grouped: bool,
+    /// What a CPU that comes online is opened with.
+    specs: Vec<EventSpec>,
+    filters: Vec<Option<CString>>,
+    mmap_pages: usize,
+    watermark: u32,
+    /// Descriptors the run needs, for the advice when they run out.
+    needed: u64,
+    /// CPUs that went offline, and CPUs that came online, while the run went on.
+    hotplug: Hotplug,
+}
+
+/// CPUs that changed state during a run (see [`PerfGroup::follow_cpus`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hotplug {
+    /// CPUs that went offline: nothing runs there, so nothing is missed.
+    pub offlined: u64,
+    /// CPUs that came online and were opened: their events from the moment they came
+    /// online to the moment their ring was opened (one drain round) were not traced
+    /// and are in no count.
+    pub onlined: u64,
 }
 
 impl PerfGroup {
@@ -305,106 +344,163 @@ impl PerfGroup {
             });
             type_of.push(i);
         }
-        let mut lost_format = true;
-        let mut rings = Vec::with_capacity(cfg.cpus.len());
-        let mut ids = Vec::with_capacity(cfg.cpus.len() * cfg.events.len());
-        for &cpu in &cfg.cpus {
-            let open = |attr: &perf_event_attr, group: Option<std::os::fd::BorrowedFd<'_>>| {
-                sys::perf_event_open(attr, -1, cpu as i32, group, u64::from(PERF_FLAG_FD_CLOEXEC))
-            };
-            // Refused for want of rights or descriptors: the same advice as for an event.
-            let leader_error = |source: io::Error| match source.raw_os_error() {
-                Some(libc::EACCES | libc::EPERM | libc::EMFILE | libc::ENFILE) => {
-                    let dummy = EventSpec {
-                        name: LEADER_NAME.into(),
-                        tracefs_id: 0,
-                        filter: None,
-                    };
-                    open_error(&dummy, cpu, needed, source)
-                }
-                _ => PerfError::Leader { cpu, source },
-            };
-            let mut attr = leader_attr(cfg.clockid, watermark);
-            if !lost_format {
-                attr.read_format &= !PERF_FORMAT_LOST;
-            }
-            let leader = match open(&attr, None) {
-                // A kernel before 6.0 refuses the read_format bit it does not know:
-                // the counts then come without the per-event lost count.
-                Err(e) if lost_format && e.raw_os_error() == Some(libc::EINVAL) => {
-                    attr.read_format &= !PERF_FORMAT_LOST;
-                    lost_format = false;
-                    open(&attr, None).map_err(leader_error)?
-                }
-                r => r.map_err(leader_error)?,
-            };
-            let ring = Ring::new(leader.as_fd(), cfg.mmap_pages, cpu)?;
-            let mut fds: Vec<OwnedFd> = Vec::with_capacity(cfg.events.len());
-            for (index, (event, filter)) in cfg.events.iter().zip(&filters).enumerate() {
-                let mut attr =
-                    tracepoint_attr(event.tracefs_id, cfg.clockid, watermark, cfg.format);
-                if !lost_format {
-                    attr.read_format &= !PERF_FORMAT_LOST;
-                }
-                let group = cfg.grouped.then(|| leader.as_fd());
-                let fd = open(&attr, group).map_err(|e| open_error(event, cpu, needed, e))?;
-                let ioctl_err = |op: &'static str| {
-                    let name = event.name.clone();
-                    move |source| PerfError::Ioctl {
-                        op,
-                        event: name,
-                        cpu,
-                        source,
-                    }
-                };
-                sys::set_output(fd.as_fd(), leader.as_fd())
-                    .map_err(ioctl_err("PERF_EVENT_IOC_SET_OUTPUT"))?;
-                if let (Some(filter), Some(text)) = (filter, &event.filter) {
-                    sys::set_filter(fd.as_fd(), filter).map_err(|source| {
-                        if source.raw_os_error() == Some(libc::EINVAL) {
-                            PerfError::FilterRejected {
-                                event: event.name.clone(),
-                                filter: text.clone(),
-                                cpu,
-                                source,
-                            }
-                        } else {
-                            ioctl_err("PERF_EVENT_IOC_SET_FILTER")(source)
-                        }
-                    })?;
-                }
-                let id = sys::event_id(fd.as_fd()).map_err(ioctl_err("PERF_EVENT_IOC_ID"))?;
-                ids.push((id, index));
-                fds.push(fd);
-            }
-            rings.push(CpuRing {
-                cpu,
-                leader,
-                fds,
-                ring,
-                lost: 0,
-                kinds: RecordKinds::default(),
-                received: vec![0; types.len()],
-                snap: None,
-                buf: Vec::new(),
-                frozen: vec![None; cfg.events.len()],
-            });
-        }
-        ids.sort_unstable();
-        Ok(PerfGroup {
+        let mut group = PerfGroup {
             active: vec![true; cfg.events.len()],
             enabled: false,
             names: cfg.events.iter().map(|e| e.name.clone()).collect(),
-            rings,
-            ids,
+            rings: Vec::with_capacity(cfg.cpus.len()),
+            ids: Vec::with_capacity(cfg.cpus.len() * cfg.events.len()),
             clockid: cfg.clockid,
             format: cfg.format,
             types,
             type_names,
             type_of,
-            lost_format,
+            lost_format: true,
             grouped: cfg.grouped,
-        })
+            specs: cfg.events.clone(),
+            filters,
+            mmap_pages: cfg.mmap_pages,
+            watermark,
+            needed,
+            hotplug: Hotplug::default(),
+        };
+        for &cpu in &cfg.cpus {
+            group.open_cpu(cpu)?;
+        }
+        Ok(group)
+    }
+
+    /// Opens every event on `cpu` (disabled) with its ring, and adds them.
+    fn open_cpu(&mut self, cpu: u32) -> Result<(), PerfError> {
+        let needed = self.needed;
+        let open = |attr: &perf_event_attr, group: Option<std::os::fd::BorrowedFd<'_>>| {
+            sys::perf_event_open(attr, -1, cpu as i32, group, u64::from(PERF_FLAG_FD_CLOEXEC))
+        };
+        // Refused for want of rights or descriptors: the same advice as for an event.
+        let leader_error = |source: io::Error| match source.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM | libc::EMFILE | libc::ENFILE) => {
+                let dummy = EventSpec {
+                    name: LEADER_NAME.into(),
+                    tracefs_id: 0,
+                    filter: None,
+                };
+                open_error(&dummy, cpu, needed, source)
+            }
+            _ => PerfError::Leader { cpu, source },
+        };
+        let mut attr = leader_attr(self.clockid, self.watermark);
+        if !self.lost_format {
+            attr.read_format &= !PERF_FORMAT_LOST;
+        }
+        let leader = match open(&attr, None) {
+            // A kernel before 6.0 refuses the read_format bit it does not know:
+            // the counts then come without the per-event lost count.
+            Err(e) if self.lost_format && e.raw_os_error() == Some(libc::EINVAL) => {
+                attr.read_format &= !PERF_FORMAT_LOST;
+                self.lost_format = false;
+                open(&attr, None).map_err(leader_error)?
+            }
+            r => r.map_err(leader_error)?,
+        };
+        let ring = Ring::new(leader.as_fd(), self.mmap_pages, cpu)?;
+        let mut fds: Vec<OwnedFd> = Vec::with_capacity(self.specs.len());
+        let mut ids = Vec::with_capacity(self.specs.len());
+        for (index, (event, filter)) in self.specs.iter().zip(&self.filters).enumerate() {
+            let mut attr =
+                tracepoint_attr(event.tracefs_id, self.clockid, self.watermark, self.format);
+            if !self.lost_format {
+                attr.read_format &= !PERF_FORMAT_LOST;
+            }
+            let group = self.grouped.then(|| leader.as_fd());
+            let fd = open(&attr, group).map_err(|e| open_error(event, cpu, needed, e))?;
+            let ioctl_err = |op: &'static str| {
+                let name = event.name.clone();
+                move |source| PerfError::Ioctl {
+                    op,
+                    event: name,
+                    cpu,
+                    source,
+                }
+            };
+            sys::set_output(fd.as_fd(), leader.as_fd())
+                .map_err(ioctl_err("PERF_EVENT_IOC_SET_OUTPUT"))?;
+            if let (Some(filter), Some(text)) = (filter, &event.filter) {
+                sys::set_filter(fd.as_fd(), filter).map_err(|source| {
+                    if source.raw_os_error() == Some(libc::EINVAL) {
+                        PerfError::FilterRejected {
+                            event: event.name.clone(),
+                            filter: text.clone(),
+                            cpu,
+                            source,
+                        }
+                    } else {
+                        ioctl_err("PERF_EVENT_IOC_SET_FILTER")(source)
+                    }
+                })?;
+            }
+            let id = sys::event_id(fd.as_fd()).map_err(ioctl_err("PERF_EVENT_IOC_ID"))?;
+            ids.push((id, index));
+            fds.push(fd);
+        }
+        self.ids.extend(ids);
+        self.ids.sort_unstable();
+        self.rings.push(CpuRing {
+            cpu,
+            leader,
+            fds,
+            ring,
+            lost: 0,
+            kinds: RecordKinds::default(),
+            received: vec![0; self.types.len()],
+            snap: None,
+            buf: Vec::new(),
+            frozen: vec![None; self.specs.len()],
+            dead: false,
+        });
+        Ok(())
+    }
+
+    /// Follows CPU hotplug, given the CPUs online now. A CPU that went offline has had
+    /// its events taken out by the kernel: its ring is kept for its counts (see
+    /// [`CpuRing::dead`]). A CPU online without a live ring (it came online, or came
+    /// back) gets one, enabled as the others are: its events before this call were not
+    /// traced. A CPU the kernel's perf side does not have online yet (`ENODEV`) is
+    /// tried again at the next call. Returns whether anything changed.
+    pub fn follow_cpus(&mut self, online: &[u32]) -> Result<bool, PerfError> {
+        let mut changed = false;
+        for r in &mut self.rings {
+            if !r.dead && online.binary_search(&r.cpu).is_err() {
+                r.dead = true;
+                self.hotplug.offlined += 1;
+                changed = true;
+            }
+        }
+        for &cpu in online {
+            if self.rings.iter().any(|r| r.cpu == cpu && !r.dead) {
+                continue;
+            }
+            self.needed = fds_needed(self.specs.len(), self.rings.len() + 1);
+            raise_nofile(self.needed);
+            match self.open_cpu(cpu) {
+                Ok(()) => {}
+                Err(
+                    PerfError::Leader { source, .. } | PerfError::EventUnavailable { source, .. },
+                ) if source.raw_os_error() == Some(libc::ENODEV) => continue,
+                Err(e) => return Err(e),
+            }
+            self.hotplug.onlined += 1;
+            changed = true;
+            if self.enabled {
+                let r = self.rings.len() - 1;
+                self.enable_ring(r)?;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// CPUs that went offline or came online so far.
+    pub fn hotplug(&self) -> Hotplug {
+        self.hotplug
     }
 
     /// Names of the distinct tracepoints opened, indexed like [`Tally::event`].
@@ -458,15 +554,37 @@ impl PerfGroup {
                 });
             }
         }
+        // A CPU that came back has a ring from before it went offline and a new one:
+        // one tally of both, its counts as if one ring had run on.
+        if self.hotplug.onlined > 0 {
+            out.sort_by_key(|t| (t.cpu, t.event));
+            out.dedup_by(|later, first| {
+                let same = (later.cpu, later.event) == (first.cpu, first.event);
+                if same {
+                    first.add(later);
+                }
+                same
+            });
+        }
         Some(out)
     }
 
     /// Every event's count per distinct tracepoint of ring `r`, and its lost count.
     fn read_counts(&mut self, r: usize) -> Result<(Vec<Count>, Option<Vec<u64>>), PerfError> {
-        if self.grouped {
-            self.read_group(r)
-        } else {
-            self.read_each(r)
+        if !self.grouped || self.rings[r].dead {
+            return self.read_each(r);
+        }
+        match self.read_group(r) {
+            // The group holds its leader alone: the CPU went offline and the kernel
+            // broke the group up (`perf_event_exit_cpu`). The events keep their counts.
+            Err(PerfError::ShortGroupRead {
+                members: Some(1), ..
+            }) if !self.rings[r].fds.is_empty() => {
+                self.rings[r].dead = true;
+                self.hotplug.offlined += 1;
+                self.read_each(r)
+            }
+            other => other,
         }
     }
 
@@ -651,7 +769,7 @@ impl PerfGroup {
         } else {
             ("PERF_EVENT_IOC_DISABLE", sys::disable)
         };
-        for r in &self.rings {
+        for r in self.rings.iter().filter(|r| !r.dead) {
             if let Some(fd) = r.fds.get(index) {
                 call(fd.as_fd()).map_err(|source| PerfError::Ioctl {
                     op,
@@ -680,6 +798,27 @@ impl PerfGroup {
         self.for_each_leader("PERF_EVENT_IOC_ENABLE", sys::enable)
     }
 
+    /// Starts ring `r`'s events as [`enable`](Self::enable) starts every ring's.
+    fn enable_ring(&mut self, r: usize) -> Result<(), PerfError> {
+        let ring = &self.rings[r];
+        let err = |op: &'static str, event: String| {
+            let cpu = ring.cpu;
+            move |source| PerfError::Ioctl {
+                op,
+                event,
+                cpu,
+                source,
+            }
+        };
+        for (index, fd) in ring.fds.iter().enumerate() {
+            if self.active.get(index).copied().unwrap_or(true) {
+                let name = self.names.get(index).cloned().unwrap_or_default();
+                sys::enable(fd.as_fd()).map_err(err("PERF_EVENT_IOC_ENABLE", name))?;
+            }
+        }
+        sys::enable(ring.leader.as_fd()).map_err(err("PERF_EVENT_IOC_ENABLE", LEADER_NAME.into()))
+    }
+
     /// Stops recording; what is already in the rings can still be drained. Each CPU's
     /// leader first, which stops its whole group at once.
     pub fn disable(&mut self) -> Result<(), PerfError> {
@@ -703,7 +842,7 @@ impl PerfGroup {
         op: &'static str,
         call: fn(std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
     ) -> Result<(), PerfError> {
-        for r in &self.rings {
+        for r in self.rings.iter().filter(|r| !r.dead) {
             call(r.leader.as_fd()).map_err(|source| PerfError::Ioctl {
                 op,
                 event: LEADER_NAME.into(),
@@ -719,7 +858,7 @@ impl PerfGroup {
         op: &'static str,
         call: impl Fn(usize, std::os::fd::BorrowedFd<'_>) -> io::Result<()>,
     ) -> Result<(), PerfError> {
-        for r in &self.rings {
+        for r in self.rings.iter().filter(|r| !r.dead) {
             for (index, fd) in r.fds.iter().enumerate() {
                 call(index, fd.as_fd()).map_err(|source| PerfError::Ioctl {
                     op,
@@ -847,7 +986,14 @@ impl PerfGroup {
     /// `(cpu, samples reported lost)` for every ring, from the `PERF_RECORD_LOST` records
     /// drained so far.
     pub fn lost(&self) -> Vec<(u32, u64)> {
-        self.rings.iter().map(|r| (r.cpu, r.lost)).collect()
+        let mut v: Vec<(u32, u64)> = Vec::with_capacity(self.rings.len());
+        for r in &self.rings {
+            match v.iter_mut().find(|(c, _)| *c == r.cpu) {
+                Some((_, n)) => *n += r.lost,
+                None => v.push((r.cpu, r.lost)),
+            }
+        }
+        v
     }
 }
 
@@ -959,6 +1105,27 @@ fn open_error(event: &EventSpec, cpu: u32, needed: u64, source: io::Error) -> Pe
 mod tests {
     use super::*;
     use crate::perf::{kernel_unavailable, online_cpus, test_kernel_ready};
+
+    #[test]
+    fn a_cpu_that_came_back_is_one_tally_of_both_its_rings() {
+        let t = |at, read_by, counted, received, lost| Tally {
+            cpu: 1,
+            event: 0,
+            at,
+            read_by,
+            counted,
+            received,
+            received_at: received,
+            lost,
+        };
+        let mut old = t(10, 12, 100, 98, Some(2));
+        old.add(&t(11, 15, 7, 7, Some(0)));
+        assert_eq!(old, t(10, 15, 107, 105, Some(2)));
+        assert_eq!(old.missing(), 2);
+        let mut no_lost = t(10, 12, 5, 5, None);
+        no_lost.add(&t(11, 15, 3, 3, Some(1)));
+        assert_eq!(no_lost.lost, Some(1));
+    }
 
     #[test]
     fn attr_matches_design() {

@@ -60,6 +60,44 @@ pub fn online_cpus() -> Result<Vec<u32>, PerfError> {
     parse_cpu_list(&text)
 }
 
+/// Watches the online CPUs for hotplug during a run: one `pread(2)` of the kernel's list
+/// per call, kept open.
+pub struct OnlineWatch {
+    file: Option<std::fs::File>,
+    last: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl Default for OnlineWatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OnlineWatch {
+    pub fn new() -> OnlineWatch {
+        OnlineWatch {
+            file: std::fs::File::open(ONLINE_CPUS).ok(),
+            last: Vec::new(),
+            buf: vec![0; 4096],
+        }
+    }
+
+    /// The online CPUs when the list differs from the last call's (the first call
+    /// always gives it); `None` when unchanged or unreadable.
+    pub fn changed(&mut self) -> Option<Vec<u32>> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.as_ref()?.read_at(&mut self.buf, 0).ok()?;
+        let text = &self.buf[..n];
+        if text == self.last.as_slice() {
+            return None;
+        }
+        let cpus = parse_cpu_list(std::str::from_utf8(text).ok()?).ok()?;
+        self.last = text.to_vec();
+        Some(cpus)
+    }
+}
+
 /// Parses the kernel's CPU list format (`0-3,5,7-8`, trailing newline allowed) into a
 /// sorted list without duplicates.
 pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, PerfError> {
@@ -103,6 +141,19 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, PerfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first call gives the list, later ones only a change.
+    #[test]
+    fn the_online_watch_reports_changes_only() {
+        let mut w = OnlineWatch::new();
+        let Some(first) = w.changed() else {
+            return; // no sysfs here
+        };
+        assert_eq!(first, online_cpus().unwrap());
+        assert_eq!(w.changed(), None);
+        w.last.clear();
+        assert_eq!(w.changed(), Some(first));
+    }
     use std::path::Path;
 
     #[test]

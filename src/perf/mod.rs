@@ -17,11 +17,12 @@ mod sys;
 use std::io;
 
 pub use group::{
-    DrainStats, EventSpec, GroupConfig, PerfGroup, Tally, DEFAULT_MMAP_PAGES,
+    DrainStats, EventSpec, GroupConfig, Hotplug, PerfGroup, Tally, DEFAULT_MMAP_PAGES,
     DEFAULT_WAKEUP_FRACTION,
 };
 pub use host::{
-    fds_needed, nofile_target, online_cpus, parse_cpu_list, raise_nofile, NofileLimit, FD_MARGIN,
+    fds_needed, nofile_target, online_cpus, parse_cpu_list, raise_nofile, NofileLimit, OnlineWatch,
+    FD_MARGIN,
 };
 pub use record::{parse_record, Record, RecordError, Sample, SampleFormat, UnsupportedSampleType};
 pub use ring::{walk_ring_bytes, Ring, RingError, WalkStats};

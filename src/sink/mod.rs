@@ -123,6 +123,11 @@ pub struct Health {
     pub sample: u32,
     /// Times `--max-rate` changed the sampling rate.
     pub rate_changes: u64,
+    /// CPUs that went offline while tracing (nothing runs there: nothing missed), and
+    /// CPUs that came online and were opened then: their events before that (one drain
+    /// round at most) were not traced and are in no count.
+    pub cpus_offlined: u64,
+    pub cpus_onlined: u64,
 }
 
 impl Health {
@@ -196,6 +201,12 @@ impl Health {
         }
         if self.bad_records > 0 {
             s.push_str(&format!("  bad-records {}", self.bad_records));
+        }
+        if self.cpus_offlined > 0 || self.cpus_onlined > 0 {
+            s.push_str(&format!(
+                "  cpus-offlined {}  cpus-onlined {}",
+                self.cpus_offlined, self.cpus_onlined
+            ));
         }
         if self.late > 0 {
             s.push_str(&format!("  late {}", self.late));
