@@ -128,7 +128,7 @@ impl MetricsSink {
         let counts = Family::<Labels, Counter>::default();
         r.register(
             "events",
-            "the run's counters (kind: samples, lost, dropped, unmatched, incomplete, cut, resampled, bad_records, rate_changes); see docs/how-it-works.md",
+            "the run's counters (kind: samples, lost, dropped, unmatched, incomplete, cut, resampled, bad_records, rate_changes, cpus_offlined, cpus_onlined); see docs/how-it-works.md",
             counts.clone(),
         );
         let sample = Gauge::default();
@@ -230,6 +230,8 @@ impl MetricsSink {
             ("resampled", c.resampled),
             ("bad_records", h.bad_records),
             ("rate_changes", h.rate_changes),
+            ("cpus_offlined", h.cpus_offlined),
+            ("cpus_onlined", h.cpus_onlined),
         ] {
             let last = self.counts.last.entry(kind).or_insert(0);
             let counter = self
