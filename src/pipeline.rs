@@ -536,6 +536,7 @@ impl Counting {
         let hp = group.hotplug();
         h.cpus_offlined = hp.offlined;
         h.cpus_onlined = hp.onlined;
+        h.cpus_untraced = hp.untraced;
         h
     }
 }

@@ -49,7 +49,7 @@ enum Step {
     /// held is released and the I/Os in flight are given up.
     Finish(Batch),
     /// An interval ended: the reader's part of the health (see [`merge`]).
-    Tick(Health),
+    Tick(Box<Health>),
 }
 
 /// Steps in flight at most (a round is one step, and a hold or a gap after it one
@@ -268,7 +268,7 @@ impl RecordSink for Ticks<'_> {
         Ok(())
     }
     fn tick(&mut self, health: &Health) -> Result<(), SinkError> {
-        send(&self.0, self.1, Step::Tick(health.clone()));
+        send(&self.0, self.1, Step::Tick(Box::new(health.clone())));
         Ok(())
     }
 }

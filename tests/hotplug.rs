@@ -10,6 +10,7 @@
 mod common;
 
 use common::*;
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -139,4 +140,50 @@ fn a_cpu_going_offline_and_coming_back_is_followed() {
         );
         let _ = std::fs::remove_file(&csv);
     }
+
+    // serve gives up root once its events are open: a CPU that comes back cannot be
+    // opened. The run goes on, and the scrape and the exit line count the CPU.
+    cpu.set(true).unwrap();
+    let mut child = Command::new(bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "-d", &l.name])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "serve ended: {line}");
+        if let Some(rest) = line.trim().strip_prefix("ntprof-perf: serving http://") {
+            break rest.split("/metrics").next().unwrap().to_string();
+        }
+    };
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    cpu.set(false).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    cpu.set(true).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut page = String::new();
+    let _ = conn.read_to_string(&mut page);
+    for kind in ["cpus_offlined", "cpus_untraced"] {
+        let want = format!("ntprof_events_total{{kind=\"{kind}\"}} 1");
+        assert!(page.contains(&want), "{want} in:\n{page}");
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let err = rest.join().unwrap();
+    assert!(status.success(), "{status:?} {err}");
+    assert_eq!(exit_count(&err, "cpus-untraced"), 1, "{err}");
+    assert!(err.contains("could not be opened"), "{err}");
 }

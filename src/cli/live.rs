@@ -517,6 +517,12 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             health.cpus_onlined
         );
     }
+    if health.cpus_untraced > 0 {
+        eprintln!(
+            "ntprof-perf: warning: {} CPUs came online while tracing and could not be opened (no right to any more: serve gives up root once its events are open): the I/O that ran there is not traced; restart to trace them",
+            health.cpus_untraced
+        );
+    }
     if health.missing() > 0 {
         if let Output::Rows(s) = &out {
             // Every I/O seen, written or left out by --min-latency.

@@ -274,6 +274,8 @@ pub struct PerfGroup {
     needed: u64,
     /// CPUs that went offline, and CPUs that came online, while the run went on.
     hotplug: Hotplug,
+    /// CPUs that came online and were refused: not tried again.
+    refused: Vec<u32>,
 }
 
 /// CPUs that changed state during a run (see [`PerfGroup::follow_cpus`]).
@@ -285,6 +287,9 @@ pub struct Hotplug {
     /// online to the moment their ring was opened (one drain round) were not traced
     /// and are in no count.
     pub onlined: u64,
+    /// CPUs that came online and could not be opened (no right to any more: `serve`
+    /// gives up root once its events are open): not traced, in no count.
+    pub untraced: u64,
 }
 
 impl PerfGroup {
@@ -363,6 +368,7 @@ impl PerfGroup {
             watermark,
             needed,
             hotplug: Hotplug::default(),
+            refused: Vec::new(),
         };
         for &cpu in &cfg.cpus {
             group.open_cpu(cpu)?;
@@ -476,7 +482,7 @@ impl PerfGroup {
             }
         }
         for &cpu in online {
-            if self.rings.iter().any(|r| r.cpu == cpu && !r.dead) {
+            if self.rings.iter().any(|r| r.cpu == cpu && !r.dead) || self.refused.contains(&cpu) {
                 continue;
             }
             self.needed = fds_needed(self.specs.len(), self.rings.len() + 1);
@@ -486,6 +492,13 @@ impl PerfGroup {
                 Err(
                     PerfError::Leader { source, .. } | PerfError::EventUnavailable { source, .. },
                 ) if source.raw_os_error() == Some(libc::ENODEV) => continue,
+                // The run goes on without it, and says so.
+                Err(PerfError::PermissionDenied { .. }) => {
+                    self.refused.push(cpu);
+                    self.hotplug.untraced += 1;
+                    changed = true;
+                    continue;
+                }
                 Err(e) => return Err(e),
             }
             self.hotplug.onlined += 1;

@@ -128,6 +128,9 @@ pub struct Health {
     /// round at most) were not traced and are in no count.
     pub cpus_offlined: u64,
     pub cpus_onlined: u64,
+    /// CPUs that came online and could not be opened (`serve` no longer has the right
+    /// to): their I/O is not traced.
+    pub cpus_untraced: u64,
 }
 
 impl Health {
@@ -202,11 +205,14 @@ impl Health {
         if self.bad_records > 0 {
             s.push_str(&format!("  bad-records {}", self.bad_records));
         }
-        if self.cpus_offlined > 0 || self.cpus_onlined > 0 {
+        if self.cpus_offlined > 0 || self.cpus_onlined > 0 || self.cpus_untraced > 0 {
             s.push_str(&format!(
                 "  cpus-offlined {}  cpus-onlined {}",
                 self.cpus_offlined, self.cpus_onlined
             ));
+        }
+        if self.cpus_untraced > 0 {
+            s.push_str(&format!("  cpus-untraced {}", self.cpus_untraced));
         }
         if self.late > 0 {
             s.push_str(&format!("  late {}", self.late));
