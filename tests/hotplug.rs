@@ -10,7 +10,7 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -150,14 +150,7 @@ fn a_cpu_going_offline_and_coming_back_is_followed() {
         .spawn()
         .unwrap();
     let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "serve ended: {line}");
-        if let Some(rest) = line.trim().strip_prefix("ntprof-perf: serving http://") {
-            break rest.split("/metrics").next().unwrap().to_string();
-        }
-    };
+    let addr = serve_address(&mut err);
     let rest = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = err.read_to_string(&mut s);

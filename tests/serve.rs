@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use serde_json::Value as Json;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,14 +28,7 @@ impl Serve {
             .spawn()
             .expect("serve");
         let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        let addr = loop {
-            line.clear();
-            assert!(err.read_line(&mut line).unwrap() > 0, "serve ended: {line}");
-            if let Some(rest) = line.trim().strip_prefix("ntprof-perf: serving http://") {
-                break rest.split("/metrics").next().unwrap().to_string();
-            }
-        };
+        let addr = serve_address(&mut err);
         // Keep reading its stderr so it never blocks on a full pipe.
         std::thread::spawn(move || {
             let _ = std::io::copy(&mut err, &mut std::io::sink());

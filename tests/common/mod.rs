@@ -321,3 +321,16 @@ pub fn tool_ready(test: &str, tool: &str, probe: &[&str]) -> bool {
     );
     false
 }
+
+/// The address `serve` listens on, from the line it prints on stderr (`--listen
+/// 127.0.0.1:0` picks a port); `err` is left after that line.
+pub fn serve_address(err: &mut impl std::io::BufRead) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "serve ended: {line}");
+        if let Some(rest) = line.trim().strip_prefix("ntprof-perf: serving http://") {
+            return rest.split("/metrics").next().unwrap().to_string();
+        }
+    }
+}
