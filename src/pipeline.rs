@@ -624,7 +624,11 @@ fn run_rounds(
         // A CPU that came online is traced from the next round; one that went offline
         // keeps its ring for its counts (see `PerfGroup::follow_cpus`). A snapshot
         // pending across the change is dropped: its rings are not those of the next.
-        if let Some(cpus) = online.changed() {
+        let cpus = match group.take_recheck() {
+            true => online.now(),
+            false => online.changed(),
+        };
+        if let Some(cpus) = cpus {
             if group.follow_cpus(&cpus)? {
                 let _ = group.settle();
                 counting.pending = None;

@@ -276,6 +276,9 @@ pub struct PerfGroup {
     hotplug: Hotplug,
     /// CPUs that came online and were refused: not tried again.
     refused: Vec<u32>,
+    /// A ring was found dead by its counts: its CPU may be back already, with an
+    /// online list that reads as before (see [`PerfGroup::follow_cpus`]).
+    recheck: bool,
 }
 
 /// CPUs that changed state during a run (see [`PerfGroup::follow_cpus`]).
@@ -369,6 +372,7 @@ impl PerfGroup {
             needed,
             hotplug: Hotplug::default(),
             refused: Vec::new(),
+            recheck: false,
         };
         for &cpu in &cfg.cpus {
             group.open_cpu(cpu)?;
@@ -516,6 +520,13 @@ impl PerfGroup {
         self.hotplug
     }
 
+    /// Whether a ring was found dead since the last call: the CPUs online must then be
+    /// followed even if their list reads as before (the CPU went and came back between
+    /// two reads of it).
+    pub fn take_recheck(&mut self) -> bool {
+        std::mem::take(&mut self.recheck)
+    }
+
     /// Names of the distinct tracepoints opened, indexed like [`Tally::event`].
     pub fn type_names(&self) -> &[String] {
         &self.type_names
@@ -595,6 +606,7 @@ impl PerfGroup {
             }) if !self.rings[r].fds.is_empty() => {
                 self.rings[r].dead = true;
                 self.hotplug.offlined += 1;
+                self.recheck = true;
                 self.read_each(r)
             }
             other => other,

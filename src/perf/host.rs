@@ -86,10 +86,19 @@ impl OnlineWatch {
     /// The online CPUs when the list differs from the last call's (the first call
     /// always gives it); `None` when unchanged or unreadable.
     pub fn changed(&mut self) -> Option<Vec<u32>> {
+        self.read(false)
+    }
+
+    /// The online CPUs, changed or not; `None` when unreadable.
+    pub fn now(&mut self) -> Option<Vec<u32>> {
+        self.read(true)
+    }
+
+    fn read(&mut self, always: bool) -> Option<Vec<u32>> {
         use std::os::unix::fs::FileExt;
         let n = self.file.as_ref()?.read_at(&mut self.buf, 0).ok()?;
         let text = &self.buf[..n];
-        if text == self.last.as_slice() {
+        if text == self.last.as_slice() && !always {
             return None;
         }
         let cpus = parse_cpu_list(std::str::from_utf8(text).ok()?).ok()?;
@@ -151,6 +160,7 @@ mod tests {
         };
         assert_eq!(first, online_cpus().unwrap());
         assert_eq!(w.changed(), None);
+        assert_eq!(w.now().as_ref(), Some(&first));
         w.last.clear();
         assert_eq!(w.changed(), Some(first));
     }
