@@ -3,12 +3,15 @@
 //! samples are laid out by the real format files captured in `tracefs/`, so they are
 //! byte-for-byte what that kernel writes.
 //!
-//! `cargo bench --bench pipeline [-- IOS] [csv | nvme-tcp]`
+//! `cargo bench --bench pipeline [-- IOS] [csv | stat | nvme-tcp]`
 //! - block (default): 2,000,000 I/Os of insert, issue and complete = 6,000,000 events,
 //!   decoded as the block profile's live plan does. With `csv`, the record path too:
 //!   the same replay with every record rendered as a CSV row into a writer that
 //!   discards (`record`'s sink, minus the file), and the rendering alone over records
-//!   collected beforehand, in ns per row.
+//!   collected beforehand, in ns per row. With `stat`, `stat`'s table alone over the
+//!   collected records (label key, group, histograms), in ns per row: once with every
+//!   I/O a read, as a randread run gives it, and once with the block mode's mix of
+//!   reads and writes, where consecutive records change group.
 //! - `nvme-tcp`: 4k reads traced on both sides of a loopback NVMe/TCP connection, the
 //!   13 events per I/O of the nvme-tcp profile (block bio queue and completion, seven
 //!   host and four target events), as issue 20's "2 M IOPS NVMe/TCP host" sees them;
@@ -333,10 +336,11 @@ fn main() {
     block(
         ios.unwrap_or(2_000_000),
         std::env::args().any(|a| a == "csv"),
+        std::env::args().any(|a| a == "stat"),
     );
 }
 
-fn block(ios: u64, csv: bool) {
+fn block(ios: u64, csv: bool, stat: bool) {
     let tree = captured_tree("block/block_rq_issue");
     let tfs = Tracefs::at(&tree).unwrap();
     let ins = tfs.event("block", "block_rq_insert").unwrap();
@@ -407,6 +411,11 @@ fn block(ios: u64, csv: bool) {
     let corr = || BlockCorrelator::new(BlockConfig::default());
     let d2c = |r: &BlockRecord| r.d2c_ns.unwrap_or(0);
     report_two_threads(&streams, &decoder(), corr, d2c, (ios, checksum));
+    if stat {
+        let mut rows: Vec<BlockRecord> = Vec::with_capacity(ios as usize);
+        replay(&mut |r| rows.push(r));
+        stat_table(&mut rows);
+    }
     if !csv {
         return;
     }
@@ -443,6 +452,38 @@ fn block(ios: u64, csv: bool) {
     println!(
         "CSV rendering alone: {:.0} ns/row ({} rows)",
         render * 1e9 / rows.len() as f64,
+        rows.len()
+    );
+}
+
+/// `stat`'s table over `rows`, the fastest of `REPLAYS` passes, in ns per row: as
+/// they are, then all reads.
+fn stat_table(rows: &mut [BlockRecord]) {
+    use ntprof_perf::profile::shared::block_events::Op;
+    use ntprof_perf::sink::stat::StatTable;
+    let pass = |rows: &[BlockRecord]| {
+        (0..REPLAYS)
+            .map(|_| {
+                let mut t = StatTable::new(BlockRecord::table());
+                let start = cpu_secs();
+                for r in rows {
+                    t.add(r, 1);
+                }
+                let secs = cpu_secs() - start;
+                std::hint::black_box(&t);
+                secs
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    let mixed = pass(rows);
+    for r in rows.iter_mut() {
+        r.io.op = Op::Read;
+    }
+    let reads = pass(rows);
+    println!(
+        "stat table alone: {:.1} ns/row all reads, {:.1} ns/row reads and writes mixed ({} rows)",
+        reads * 1e9 / rows.len() as f64,
+        mixed * 1e9 / rows.len() as f64,
         rows.len()
     );
 }
