@@ -370,6 +370,91 @@ fn pipe_mode_and_the_other_readers_of_a_capture() {
     }
 }
 
+/// The types of the records in a file-mode perf.data's data section.
+fn record_types(data: &Path) -> Vec<u32> {
+    let d = std::fs::read(data).unwrap();
+    let le64 = |at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap()) as usize;
+    // perf_file_header: magic, size, attr_size, attrs section, data section (offset, size).
+    let (mut at, end) = (le64(40), le64(40) + le64(48));
+    let mut types = Vec::new();
+    while at + 8 <= end.min(d.len()) {
+        types.push(u32::from_le_bytes(d[at..at + 4].try_into().unwrap()));
+        let size = u16::from_le_bytes(d[at + 6..at + 8].try_into().unwrap()) as usize;
+        if size == 0 {
+            break;
+        }
+        at += size;
+    }
+    types
+}
+
+/// `perf record -z` (zstd-compressed records, one stream through the whole file, an
+/// event split between two records at times): every I/O is a row, in file and pipe
+/// mode.
+#[test]
+fn a_compressed_capture_imports_every_io() {
+    let test = "a_compressed_capture_imports_every_io";
+    if !kernel_ready(test) || !tool_ready(test, "perf", &["--version"]) {
+        return;
+    }
+    let l = LoopDev::new("import-zstd", 32);
+    l.scheduler("mq-deadline");
+    let line = perf_line(&l).replacen("perf record", "perf record -z", 1);
+    let data = tmp("import-zstd.data");
+    let csv = tmp("import-zstd.csv");
+    // 8,000 writes of 4 KiB, one after the other over the whole device: 24,000 samples
+    // in a few dozen compressed records.
+    let n = 8000u64;
+    let dd = format!(
+        "dd if=/dev/zero of={} bs=4k count={n} oflag=direct status=none",
+        l.dev
+    );
+    for pipe in [false, true] {
+        let to = if pipe {
+            format!("-o - -- {dd} > {}", data.display())
+        } else {
+            format!("-o {} -- {dd}", data.display())
+        };
+        run_ok(Command::new("sh").arg("-c").arg(format!("{line} -q {to}")));
+        if !pipe {
+            let types = record_types(&data);
+            // PERF_RECORD_COMPRESSED (81) or, from perf 6.16, COMPRESSED2 (83).
+            let compressed = types.iter().filter(|&&t| t == 81 || t == 83).count();
+            assert!(
+                compressed > 1,
+                "perf -z wrote {compressed} compressed records"
+            );
+            assert!(
+                !types.contains(&9),
+                "a sample outside the compressed records"
+            );
+        }
+        let err = import(&data, &csv);
+        let rows = read_csv(&csv);
+        assert_eq!(rows.len() as u64, n, "pipe {pipe}: {err}");
+        let mut sectors: Vec<u64> = rows.iter().map(|r| num(r, "sector")).collect();
+        sectors.sort_unstable();
+        assert!(
+            sectors.iter().enumerate().all(|(i, &s)| s == i as u64 * 8),
+            "pipe {pipe}: each 4 KiB block of the device once"
+        );
+        for r in &rows {
+            assert_eq!(
+                (r["status"].as_str(), r["op"].as_str(), r["bytes"].as_str()),
+                ("ok", "write", "4096"),
+                "pipe {pipe}: {r:?}"
+            );
+            assert!(
+                inum(r, "d2c_ns") > 0 && inum(r, "q2c_ns") >= inum(r, "d2c_ns"),
+                "{r:?}"
+            );
+        }
+    }
+    for p in [&data, &csv] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
 /// A capture without the queue insert: the line `list --perf-record --stages d2c`
 /// prints, and the classic two events (issue, complete) with no filter. Every I/O is a
 /// row with d2c and empty q2d/q2c, and the exit says why they are empty. A capture of

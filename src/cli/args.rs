@@ -72,7 +72,8 @@ pub enum Cmd {
     /// and THROTTLE records as a live run counts its own, and says which clock the
     /// capture used: with `-k mono` and perf's clock data, start times are wall-clock;
     /// with perf's default clock they are relative. Pipe-mode captures
-    /// (`perf record -o -`) are read too, from a file or from standard input (`-`).
+    /// (`perf record -o -`) are read too, from a file or from standard input (`-`), and
+    /// compressed ones (`perf record -z`).
     ///
     /// Device names are those of this host's sysfs when the capture was made here (same
     /// host name), else MAJ:MIN. A perf.data cannot say which samples the kernel counted

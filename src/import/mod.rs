@@ -51,8 +51,6 @@ pub enum ImportError {
     },
     #[error("standard input holds a file-mode perf.data, which is read by seeking: give its name instead of `-` (a stream is what `perf record -o -` writes)")]
     NotAStream,
-    #[error("{}: a compressed capture (perf record -z); decompress it with `perf inject -i FILE -o PLAIN` or record without -z", path.display())]
-    Compressed { path: PathBuf },
     #[error("{}: the capture has no tracing data (event formats); give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
     NoTracingData { path: PathBuf },
     #[error("{}: its tracing data cannot be read: {source}; give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
@@ -298,16 +296,9 @@ fn pipe_mode(head: &[u8; 16]) -> bool {
 
 /// The crate's error, said as what to do.
 fn parse_error(path: &Path, source: linux_perf_data::Error) -> ImportError {
-    match &source {
-        linux_perf_data::Error::IoError(e) if e.kind() == io::ErrorKind::Unsupported => {
-            ImportError::Compressed {
-                path: path.to_path_buf(),
-            }
-        }
-        _ => ImportError::Parse {
-            path: path.to_path_buf(),
-            source,
-        },
+    ImportError::Parse {
+        path: path.to_path_buf(),
+        source,
     }
 }
 
