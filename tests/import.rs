@@ -455,6 +455,69 @@ fn a_compressed_capture_imports_every_io() {
     }
 }
 
+/// `perf record --threads` writes a directory: a header file `data` and the samples in
+/// `data.N`. The directory and its header file are refused with the merge that makes
+/// them readable; what `perf inject` merges (a directory holding `data` alone, with
+/// perf 6.1) gives every I/O.
+#[test]
+fn a_directory_capture_is_refused_with_the_merge_that_reads_it() {
+    let test = "a_directory_capture_is_refused_with_the_merge_that_reads_it";
+    if !kernel_ready(test) || !tool_ready(test, "perf", &["--version"]) {
+        return;
+    }
+    let l = LoopDev::new("import-dir", 32);
+    let line = perf_line(&l).replacen("perf record", "perf record --threads", 1);
+    let dir = tmp("import-dir.data");
+    let merged = tmp("import-dir-merged.data");
+    for p in [&dir, &merged] {
+        let _ = std::fs::remove_dir_all(p);
+        let _ = std::fs::remove_file(p);
+    }
+    let dd = format!(
+        "dd if=/dev/zero of={} bs=4k count=37 oflag=direct status=none",
+        l.dev
+    );
+    run_ok(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("{line} -q -o {} -- {dd}", dir.display())),
+    );
+    assert!(
+        dir.join("data.0").is_file(),
+        "perf --threads wrote no data.0"
+    );
+    for p in [dir.clone(), dir.join("data")] {
+        let out = Command::new(bin()).arg("import").arg(&p).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("a directory capture (perf record --threads)")
+                && err.contains("perf inject -i DIR -o MERGED"),
+            "{err}"
+        );
+    }
+    // perf inject prints a warning about kcore it could not copy: not a failure.
+    let st = Command::new("perf")
+        .args(["inject", "-i"])
+        .arg(&dir)
+        .arg("-o")
+        .arg(&merged)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "perf inject: {st:?}");
+    let csv = tmp("import-dir.csv");
+    let err = import(&merged, &csv);
+    let rows = read_csv(&csv);
+    assert_eq!(rows.len(), 37, "{err}");
+    assert!(rows.iter().all(|r| r["status"] == "ok"), "{err}");
+    for p in [&dir, &merged] {
+        let _ = std::fs::remove_dir_all(p);
+        let _ = std::fs::remove_file(p);
+    }
+    let _ = std::fs::remove_file(csv);
+}
+
 /// A capture without the queue insert: the line `list --perf-record --stages d2c`
 /// prints, and the classic two events (issue, complete) with no filter. Every I/O is a
 /// row with d2c and empty q2d/q2c, and the exit says why they are empty. A capture of

@@ -51,6 +51,8 @@ pub enum ImportError {
     },
     #[error("standard input holds a file-mode perf.data, which is read by seeking: give its name instead of `-` (a stream is what `perf record -o -` writes)")]
     NotAStream,
+    #[error("{}: a directory capture (perf record --threads): its samples are in the directory's data.N files, which import does not read; merge them into one capture with `perf inject -i DIR -o MERGED` and import MERGED", path.display())]
+    Directory { path: PathBuf },
     #[error("{}: the capture has no tracing data (event formats); give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
     NoTracingData { path: PathBuf },
     #[error("{}: its tracing data cannot be read: {source}; give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
@@ -294,6 +296,22 @@ fn pipe_mode(head: &[u8; 16]) -> bool {
     le64(head, 8) == PIPE_HEADER
 }
 
+/// The `data.N` files of a directory capture in `dir` (`perf record --threads`).
+fn thread_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("data."))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count()
+}
+
 /// The crate's error, said as what to do.
 fn parse_error(path: &Path, source: linux_perf_data::Error) -> ImportError {
     ImportError::Parse {
@@ -356,7 +374,33 @@ impl Capture {
             }
             return Err(ImportError::NotAStream);
         }
+        if path.is_dir() {
+            return Capture::directory(path, tracefs);
+        }
+        // The header file of a directory capture holds what perf synthesized at the
+        // start and no sample: zero rows, if it were read alone.
+        if path.file_name() == Some("data".as_ref())
+            && path.parent().is_some_and(|d| thread_files(d) > 0)
+        {
+            return Err(ImportError::Directory {
+                path: path.to_path_buf(),
+            });
+        }
         let f = File::open(path).map_err(open_err)?;
+        Capture::seekable(path, Box::new(BufReader::new(f)), tracefs)
+    }
+
+    /// perf's directory format: a header file `data` and, from `perf record --threads`,
+    /// the samples in `data.N` (one per reader thread). A directory with `data` alone
+    /// (`perf inject`'s output of one) is that file.
+    fn directory(path: &Path, tracefs: Option<&Tracefs>) -> Result<Capture, ImportError> {
+        if thread_files(path) > 0 {
+            return Err(ImportError::Directory {
+                path: path.to_path_buf(),
+            });
+        }
+        let data = path.join("data");
+        let f = File::open(&data).map_err(|source| ImportError::Open { path: data, source })?;
         Capture::seekable(path, Box::new(BufReader::new(f)), tracefs)
     }
 
