@@ -141,7 +141,10 @@ pub struct ListArgs {
     /// Print the `perf record` command line that captures what PROFILE needs (its
     /// events, with the kernel filters and clock it would use), for hosts where only perf
     /// may run. The flags after PROFILE are that profile's selection, as for `record`
-    /// (e.g. `--perf-record block -d loop0`).
+    /// (e.g. `--perf-record block -d loop0`). Add `-o FILE` and `-- COMMAND` or stop it
+    /// with Ctrl-C; `-z` (compressed) and `-m PAGES` (larger rings) are read by `import`
+    /// too; `-F` (perf keeping a few firings a second) and `--threads` directories are
+    /// not.
     #[arg(long, value_name = "PROFILE", num_args = 1.., allow_hyphen_values = true)]
     pub perf_record: Option<Vec<String>>,
 }
