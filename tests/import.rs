@@ -127,7 +127,7 @@ fn quantile(v: &mut [i64], share: f64) -> i64 {
 #[test]
 fn a_perf_capture_imports_to_the_rows_a_live_record_writes() {
     let test = "a_perf_capture_imports_to_the_rows_a_live_record_writes";
-    if !kernel_ready(test) || !tool_ready(test, "perf", &["--version"]) {
+    if !perf_ready(test) {
         return;
     }
     if !tool_ready(test, "fio", &["--version"]) {
@@ -297,7 +297,7 @@ fn a_perf_capture_imports_to_the_rows_a_live_record_writes() {
 #[test]
 fn pipe_mode_and_the_other_readers_of_a_capture() {
     let test = "pipe_mode_and_the_other_readers_of_a_capture";
-    if !kernel_ready(test) || !tool_ready(test, "perf", &["--version"]) {
+    if !perf_ready(test) {
         return;
     }
     let l = LoopDev::new("import-pipe", 32);
@@ -394,7 +394,7 @@ fn record_types(data: &Path) -> Vec<u32> {
 #[test]
 fn a_compressed_capture_imports_every_io() {
     let test = "a_compressed_capture_imports_every_io";
-    if !kernel_ready(test) || !tool_ready(test, "perf", &["--version"]) {
+    if !perf_ready(test) {
         return;
     }
     let l = LoopDev::new("import-zstd", 32);
@@ -462,7 +462,7 @@ fn a_compressed_capture_imports_every_io() {
 #[test]
 fn a_directory_capture_is_refused_with_the_merge_that_reads_it() {
     let test = "a_directory_capture_is_refused_with_the_merge_that_reads_it";
-    if !kernel_ready(test) || !tool_ready(test, "perf", &["--version"]) {
+    if !perf_ready(test) {
         return;
     }
     let l = LoopDev::new("import-dir", 32);
@@ -526,7 +526,7 @@ fn a_directory_capture_is_refused_with_the_merge_that_reads_it() {
 #[test]
 fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
     let test = "a_capture_of_issue_and_complete_only_gives_d2c_rows";
-    if !kernel_ready(test) || !tool_ready(test, "perf", &["--version"]) {
+    if !perf_ready(test) {
         return;
     }
     let l = LoopDev::new("import-d2c", 32);

@@ -10,7 +10,7 @@ use std::process::Command;
 #[test]
 fn the_printed_perf_record_line_captures_the_profiles_events() {
     let test = "the_printed_perf_record_line_captures_the_profiles_events";
-    if !kernel_ready(test) || !tool_ready(test, "perf", &["--version"]) {
+    if !perf_ready(test) {
         return;
     }
     let l = LoopDev::new("perfrec", 32);

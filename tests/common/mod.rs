@@ -298,6 +298,12 @@ pub fn run_vm_with(repo: &Path, rig_args: &[&str], script: &str, out: &Path, arg
     );
 }
 
+/// The kernel (tracefs, perf_event_open) and stock `perf`: what the tests of captures
+/// need.
+pub fn perf_ready(test: &str) -> bool {
+    kernel_ready(test) && tool_ready(test, "perf", &["--version"])
+}
+
 /// Whether an external program the test needs is installed (`scripts/deps.sh` installs
 /// it). When it is not and `NTPROF_REQUIRE_KERNEL=1` (CI), this panics, so CI cannot
 /// pass by skipping; otherwise a loud skip.
