@@ -107,15 +107,6 @@ fn stop(child: Child, what: &str) -> String {
     err
 }
 
-/// `samples N` of an exit line.
-fn samples(err: &str) -> u64 {
-    err.split("samples ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 fn import(data: &Path, out: &Path) -> String {
     let o = run_ok(
         Command::new(bin())
@@ -221,6 +212,7 @@ fn a_perf_capture_imports_to_the_rows_a_live_record_writes() {
     // recorder's kernel counts say there were. Seen once in 20 soak runs: a
     // block_rq_issue again 20 µs after the first, byte for byte but its time, the live
     // recorder's counts and samples agreeing on one. Each can add an `incomplete` row.
+    let samples = |err: &str| number_after(err, "; samples ").expect("samples on the exit line");
     let phantoms = samples(&err).saturating_sub(
         samples(&live_err) + exit_count(&live_err, "dropped") + exit_count(&live_err, "lost"),
     ) as usize;
@@ -503,10 +495,14 @@ fn a_directory_capture_is_refused_with_the_merge_that_reads_it() {
     let line = perf_line(&l).replacen("perf record", "perf record --threads", 1);
     let dir = tmp("import-dir.data");
     let merged = tmp("import-dir-merged.data");
-    for p in [&dir, &merged] {
-        let _ = std::fs::remove_dir_all(p);
-        let _ = std::fs::remove_file(p);
-    }
+    // perf writes both as directories; a file of either name is a leftover too.
+    let clean = || {
+        for p in [&dir, &merged] {
+            let _ = std::fs::remove_dir_all(p);
+            let _ = std::fs::remove_file(p);
+        }
+    };
+    clean();
     let dd = format!(
         "dd if=/dev/zero of={} bs=4k count=37 oflag=direct status=none",
         l.dev
@@ -545,10 +541,7 @@ fn a_directory_capture_is_refused_with_the_merge_that_reads_it() {
     let rows = read_csv(&csv);
     assert_eq!(rows.len(), 37, "{err}");
     assert!(rows.iter().all(|r| r["status"] == "ok"), "{err}");
-    for p in [&dir, &merged] {
-        let _ = std::fs::remove_dir_all(p);
-        let _ = std::fs::remove_file(p);
-    }
+    clean();
     let _ = std::fs::remove_file(csv);
 }
 
