@@ -72,8 +72,9 @@ pub enum Cmd {
     /// and THROTTLE records as a live run counts its own, and says which clock the
     /// capture used: with `-k mono` and perf's clock data, start times are wall-clock;
     /// with perf's default clock they are relative. Pipe-mode captures
-    /// (`perf record -o -`) are read too, from a file or from standard input (`-`), and
-    /// compressed ones (`perf record -z`).
+    /// (`perf record -o -`) are read too, from a file or from standard input (`-`), as
+    /// are compressed ones (`perf record -z`) and directories (`perf record --threads`:
+    /// give the directory; its data.N files are merged by time).
     ///
     /// Device names are those of this host's sysfs when the capture was made here (same
     /// host name), else MAJ:MIN. A perf.data cannot say which samples the kernel counted
@@ -142,9 +143,9 @@ pub struct ListArgs {
     /// events, with the kernel filters and clock it would use), for hosts where only perf
     /// may run. The flags after PROFILE are that profile's selection, as for `record`
     /// (e.g. `--perf-record block -d loop0`). Add `-o FILE` and `-- COMMAND` or stop it
-    /// with Ctrl-C; `-z` (compressed) and `-m PAGES` (larger rings) are read by `import`
-    /// too; `-F` (perf keeping a few firings a second) and `--threads` directories are
-    /// not.
+    /// with Ctrl-C; `-z` (compressed), `-m PAGES` (larger rings) and `--threads` (a
+    /// directory) are read by `import` too; `-F` (perf keeping a few firings a second)
+    /// is not.
     #[arg(long, value_name = "PROFILE", num_args = 1.., allow_hyphen_values = true)]
     pub perf_record: Option<Vec<String>>,
 }

@@ -12,6 +12,7 @@
 //! crate would allocate from (the file header's sections, the event descriptions) are
 //! checked against the file before it reads them.
 
+mod dir;
 pub mod tracing_data;
 
 use crate::correlate::Gap;
@@ -51,7 +52,7 @@ pub enum ImportError {
     },
     #[error("standard input holds a file-mode perf.data, which is read by seeking: give its name instead of `-` (a stream is what `perf record -o -` writes)")]
     NotAStream,
-    #[error("{}: a directory capture (perf record --threads): its samples are in the directory's data.N files, which import does not read; merge them into one capture with `perf inject -i DIR -o MERGED` and import MERGED", path.display())]
+    #[error("{}: the header file of a directory capture (perf record --threads), which holds no sample: the samples are in the data.N files beside it; import the directory, {}", path.display(), path.parent().unwrap_or(Path::new(".")).display())]
     Directory { path: PathBuf },
     #[error("{}: the capture has no tracing data (event formats); give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
     NoTracingData { path: PathBuf },
@@ -278,6 +279,8 @@ impl CaptureClock {
 enum Records {
     File(PerfRecordIter<Box<dyn ReadSeek>>),
     Pipe(PerfRecordIter<Splice<Box<dyn Read>>>),
+    /// A directory capture: the header file's records, then each `data.N`'s.
+    Dir(Vec<PerfRecordIter<Box<dyn ReadSeek>>>),
 }
 
 /// A file, or bytes in memory.
@@ -294,22 +297,6 @@ fn header(r: &mut dyn Read) -> io::Result<([u8; 16], usize)> {
 /// A stream's header is 16 bytes (magic and its own size); a file's is larger.
 fn pipe_mode(head: &[u8; 16]) -> bool {
     le64(head, 8) == PIPE_HEADER
-}
-
-/// The `data.N` files of a directory capture in `dir` (`perf record --threads`).
-fn thread_files(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("data."))
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .count()
 }
 
 /// The crate's error, said as what to do.
@@ -337,6 +324,8 @@ pub struct Capture {
     online_cpus: Option<u32>,
     file: PerfFile,
     records: Records,
+    /// Files of a directory capture that end inside a record (perf stopped mid-write).
+    torn: u64,
 }
 
 /// `PERF_RECORD_LOST_SAMPLES`: perf writes them at the end with the kernel's lost count
@@ -380,7 +369,9 @@ impl Capture {
         // The header file of a directory capture holds what perf synthesized at the
         // start and no sample: zero rows, if it were read alone.
         if path.file_name() == Some("data".as_ref())
-            && path.parent().is_some_and(|d| thread_files(d) > 0)
+            && path
+                .parent()
+                .is_some_and(|d| !dir::thread_files(d).is_empty())
         {
             return Err(ImportError::Directory {
                 path: path.to_path_buf(),
@@ -391,17 +382,49 @@ impl Capture {
     }
 
     /// perf's directory format: a header file `data` and, from `perf record --threads`,
-    /// the samples in `data.N` (one per reader thread). A directory with `data` alone
-    /// (`perf inject`'s output of one) is that file.
+    /// the samples in `data.N` (one per ring), merged by time here (see [`dir`]). A
+    /// directory with `data` alone (`perf inject`'s output of one) is that file.
     fn directory(path: &Path, tracefs: Option<&Tracefs>) -> Result<Capture, ImportError> {
-        if thread_files(path) > 0 {
-            return Err(ImportError::Directory {
-                path: path.to_path_buf(),
-            });
-        }
         let data = path.join("data");
-        let f = File::open(&data).map_err(|source| ImportError::Open { path: data, source })?;
-        Capture::seekable(path, Box::new(BufReader::new(f)), tracefs)
+        let threads = dir::thread_files(path);
+        if threads.is_empty() {
+            let f = File::open(&data).map_err(|source| ImportError::Open { path: data, source })?;
+            return Capture::seekable(path, Box::new(BufReader::new(f)), tracefs);
+        }
+        let header = std::fs::read(&data).map_err(|source| ImportError::Open {
+            path: data.clone(),
+            source,
+        })?;
+        let header = Rc::new(header);
+        let mut cap = Capture::seekable(path, Box::new(io::Cursor::new(header.to_vec())), tracefs)?;
+        // `seekable` read the header file as a file capture: it is one, checked.
+        let Records::File(main) = std::mem::replace(&mut cap.records, Records::Dir(Vec::new()))
+        else {
+            return Err(ImportError::Corrupt {
+                path: data,
+                what: "the header file of a directory capture is a stream".to_string(),
+            });
+        };
+        let mut iters = vec![main];
+        for t in threads {
+            let open_err = |source| ImportError::Open {
+                path: t.clone(),
+                source,
+            };
+            let scan = dir::scan(&t)
+                .map_err(open_err)?
+                .map_err(|at| ImportError::Corrupt {
+                    path: t.clone(),
+                    what: format!("no whole record at byte {at}"),
+                })?;
+            cap.torn += u64::from(scan.torn > 0);
+            let file = dir::ThreadFile::new(&header, &t, scan).map_err(open_err)?;
+            let reader = PerfFileReader::parse_file(Box::new(file) as Box<dyn ReadSeek>)
+                .map_err(|e| parse_error(&t, e))?;
+            iters.push(reader.record_iter);
+        }
+        cap.records = Records::Dir(iters);
+        Ok(cap)
     }
 
     /// A capture held in memory (file or pipe mode); `name` names it in messages.
@@ -634,6 +657,7 @@ impl Capture {
             online_cpus,
             file,
             records,
+            torn: 0,
         })
     }
 
@@ -704,9 +728,18 @@ impl Capture {
         let mut tally = Tally::default();
         let mut first_err = None;
         let path = self.path.clone();
+        let mut out = Out {
+            pipe: &mut *pipe,
+            sink: &mut *sink,
+            tally: &mut tally,
+            first_err: &mut first_err,
+            since_round: 0,
+            last: 0,
+        };
         let res = match &mut self.records {
-            Records::File(it) => feed(it, &mut self.file, pipe, sink, &mut tally, &mut first_err),
-            Records::Pipe(it) => feed(it, &mut self.file, pipe, sink, &mut tally, &mut first_err),
+            Records::File(it) => feed(it, &mut self.file, &mut out),
+            Records::Pipe(it) => feed(it, &mut self.file, &mut out),
+            Records::Dir(its) => feed_merged(its, &mut self.file, &mut out),
         };
         if let Err(source) = res {
             return Err(parse_error(&path, source));
@@ -719,7 +752,7 @@ impl Capture {
             return Err(e.into());
         }
         let mut h = pipe.health();
-        h.bad_records += tally.bad;
+        h.bad_records += tally.bad + self.torn;
         // A ring's LOST records and the events' own lost counts (LOST_SAMPLES, which perf
         // writes per event at the end, summed over CPUs) count the same losses. The
         // LOST records give the split per CPU; what LOST_SAMPLES counts beyond them (a
@@ -861,56 +894,107 @@ const WANTED: [u32; 5] = [9, 2, 5, 6, RECORD_LOST_SAMPLES];
 /// Samples between two rounds of the sorter.
 const ROUND: u32 = 4096;
 
+/// A sample as the crate read it: time, CPU, sample id, raw payload.
+type Sample<'a> = (u64, u32, Option<u64>, std::borrow::Cow<'a, [u8]>);
+
+/// Every record of one capture file, in the crate's (time) order.
 fn feed<R: Read>(
     it: &mut PerfRecordIter<R>,
     file: &mut PerfFile,
-    pipe: &mut dyn Stages,
-    sink: &mut dyn RecordSink,
-    tally: &mut Tally,
-    first_err: &mut Option<SinkError>,
+    out: &mut Out<'_>,
 ) -> Result<(), linux_perf_data::Error> {
-    let mut since_round = 0u32;
-    let mut last = 0u64;
     while let Some(rec) = it.next_record(file)? {
+        if let Some((t, c, id, raw)) = out.take(rec) {
+            out.sample(t, c, id, &raw);
+        }
+        if out.first_err.is_some() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The records of several files, each in time order, merged by time: the next sample is
+/// the oldest of the files' next ones (ties to the lower file). Other records are taken
+/// as their file reaches them.
+fn feed_merged<R: Read>(
+    its: &mut [PerfRecordIter<R>],
+    file: &mut PerfFile,
+    out: &mut Out<'_>,
+) -> Result<(), linux_perf_data::Error> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    // Per file, its next sample (time, CPU, id, payload); the payload's buffer is kept.
+    let mut heads: Vec<(u64, u32, Option<u64>, Vec<u8>)> = vec![Default::default(); its.len()];
+    let mut next = BinaryHeap::new();
+    let mut advance = |i: usize,
+                       its: &mut [PerfRecordIter<R>],
+                       out: &mut Out<'_>,
+                       heads: &mut [(u64, u32, Option<u64>, Vec<u8>)]|
+     -> Result<Option<Reverse<(u64, usize)>>, linux_perf_data::Error> {
+        while let Some(rec) = its[i].next_record(file)? {
+            if let Some((t, c, id, raw)) = out.take(rec) {
+                let h = &mut heads[i];
+                (h.0, h.1, h.2) = (t, c, id);
+                h.3.clear();
+                h.3.extend_from_slice(&raw);
+                return Ok(Some(Reverse((t, i))));
+            }
+        }
+        Ok(None)
+    };
+    for i in 0..its.len() {
+        next.extend(advance(i, its, out, &mut heads)?);
+    }
+    while let Some(Reverse((_, i))) = next.pop() {
+        let (t, c, id, ref raw) = heads[i];
+        out.sample(t, c, id, raw);
+        if out.first_err.is_some() {
+            break;
+        }
+        next.extend(advance(i, its, out, &mut heads)?);
+    }
+    Ok(())
+}
+
+/// Where an import's records go, and what it counts on the way.
+struct Out<'a> {
+    pipe: &'a mut dyn Stages,
+    sink: &'a mut dyn RecordSink,
+    tally: &'a mut Tally,
+    first_err: &'a mut Option<SinkError>,
+    since_round: u32,
+    /// The time of the last sample.
+    last: u64,
+}
+
+impl Out<'_> {
+    /// A sample record's fields, or `None` for any other record, taken here.
+    fn take<'r>(&mut self, rec: PerfFileRecord<'r>) -> Option<Sample<'r>> {
         let record = match rec {
             PerfFileRecord::EventRecord { record, .. } => record,
             PerfFileRecord::UserRecord(u) => {
                 if u.record_type == UserRecordType::PERF_THREAD_MAP {
-                    tally.tasks = thread_map(&u.data.as_slice());
+                    self.tally.tasks = thread_map(&u.data.as_slice());
                 } else if u.record_type == UserRecordType::PERF_CPU_MAP {
-                    tally.cpus = cpu_map(&u.data.as_slice());
+                    self.tally.cpus = cpu_map(&u.data.as_slice());
                 }
-                continue;
+                return None;
             }
         };
         // Only the kinds read here are parsed: the crate's parsers of others (MMAP2)
         // assert on what a corrupted file can hold.
         if !WANTED.contains(&record.record_type.0) {
-            continue;
+            return None;
         }
+        let tally = &mut *self.tally;
         let cpu = || record.common_data().ok().and_then(|c| c.cpu).unwrap_or(0);
         match record.parse() {
             Ok(EventRecord::Sample(s)) => {
                 let (Some(raw), Some(t)) = (s.raw, s.timestamp) else {
-                    continue;
+                    return None;
                 };
-                // The crate hands out records in time order (perf's rounds), so the
-                // time of this sample bounds every later one: a round may start here.
-                if since_round >= ROUND {
-                    pipe.begin_round(t);
-                    pipe.end_round(&mut |r, n| deliver(sink, r, n, first_err));
-                    since_round = 0;
-                }
-                let c = s.cpu.unwrap_or(0);
-                let raw = raw.as_slice();
-                if tally.same_time.repeated(t, c, s.id, &raw) {
-                    tally.duplicates += 1;
-                    continue;
-                }
-                pipe.sample(t, c, &raw);
-                tally.last_on.insert(c, t);
-                last = t;
-                since_round += 1;
+                return Some((t, s.cpu.unwrap_or(0), s.id, raw.as_slice()));
             }
             Ok(EventRecord::Lost(l)) => {
                 let c = cpu();
@@ -919,9 +1003,9 @@ fn feed<R: Read>(
                 // arrived from it and before this record was written; which events
                 // they were, the record does not say. As live, the correlator hears
                 // of them before it sees later events.
-                let before = record.timestamp().unwrap_or(last);
+                let before = record.timestamp().unwrap_or(self.last);
                 let after = tally.last_on.get(&c).copied().unwrap_or(0);
-                pipe.on_missing(&Gap {
+                self.pipe.on_missing(&Gap {
                     event: "",
                     n: l.count,
                     after,
@@ -940,11 +1024,29 @@ fn feed<R: Read>(
             Ok(_) => {}
             Err(_) => tally.bad += 1,
         }
-        if first_err.is_some() {
-            break;
-        }
+        None
     }
-    Ok(())
+
+    /// Queue one sample; a sorter round every [`ROUND`] samples.
+    fn sample(&mut self, t: u64, c: u32, id: Option<u64>, raw: &[u8]) {
+        // Samples come in time order (perf's rounds, or the merge of files each in
+        // order), so the time of this one bounds every later one: a round may start here.
+        if self.since_round >= ROUND {
+            self.pipe.begin_round(t);
+            let (sink, first_err) = (&mut *self.sink, &mut *self.first_err);
+            self.pipe
+                .end_round(&mut |r, n| deliver(sink, r, n, first_err));
+            self.since_round = 0;
+        }
+        if self.tally.same_time.repeated(t, c, id, raw) {
+            self.tally.duplicates += 1;
+            return;
+        }
+        self.pipe.sample(t, c, raw);
+        self.tally.last_on.insert(c, t);
+        self.last = t;
+        self.since_round += 1;
+    }
 }
 
 fn deliver(
