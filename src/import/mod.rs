@@ -5,8 +5,9 @@
 //! with perf's FINISHED_ROUND records) and gives each sample's attribute and raw payload.
 //! The formats come from the file's tracing-data section ([`tracing_data`]), parsed by our
 //! own format parser through an in-memory [`Tracefs`], so the profile's layouts bind
-//! exactly as on the recording kernel. This module does not choose a profile or a sink
-//! and prints nothing: the command line does.
+//! exactly as on the recording kernel. A directory capture (`perf record --threads`) is
+//! read file by file and merged by time ([`dir`]). This module does not choose a profile
+//! or a sink and prints nothing: the command line does.
 //!
 //! A corrupted or truncated file is an [`ImportError`], never a panic: the sizes the
 //! crate would allocate from (the file header's sections, the event descriptions) are
