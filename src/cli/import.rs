@@ -74,8 +74,11 @@ fn report_end(what: &str, cap_clock: &str, replayed: &Replayed) {
     }
     if health.duplicates > 0 {
         eprintln!(
-            "ntprof-perf: warning: the capture holds {} samples twice, byte for byte (perf wrote part of a ring again); each was used once",
-            health.duplicates
+            "ntprof-perf: warning: the capture holds {} twice, byte for byte (perf wrote part of a ring again); each was used once",
+            match health.duplicates {
+                1 => "1 sample".to_string(),
+                n => format!("{n} samples"),
+            }
         );
     }
     if let Some(n) = &replayed.narrowed {
