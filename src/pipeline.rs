@@ -624,9 +624,10 @@ fn run_rounds(
         // A CPU that came online is traced from the next round; one that went offline
         // keeps its ring for its counts (see `PerfGroup::follow_cpus`). A snapshot
         // pending across the change is dropped: its rings are not those of the next.
-        let cpus = match group.take_recheck() {
-            true => online.now(),
-            false => online.changed(),
+        let cpus = if group.take_recheck() {
+            online.now()
+        } else {
+            online.changed()
         };
         if let Some(cpus) = cpus {
             if group.follow_cpus(&cpus)? {
