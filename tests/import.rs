@@ -485,8 +485,8 @@ fn a_compressed_capture_imports_every_io() {
 /// `data.N`, one file per CPU's ring with no FINISHED_ROUND. The directory imports to
 /// exactly the rows of what `perf inject` merges of it into one file (the same samples,
 /// put in order by perf), and with `-z` (which `perf inject` cannot merge: it puts
-/// several compressed streams into one) to every I/O. The header file alone is refused,
-/// naming the directory.
+/// several compressed streams into one) to every I/O; `stat --input` and `report` read
+/// it too. The header file alone is refused, naming the directory.
 #[test]
 fn a_directory_capture_imports_as_its_merge_does() {
     let test = "a_directory_capture_imports_as_its_merge_does";
@@ -538,6 +538,17 @@ fn a_directory_capture_imports_as_its_merge_does() {
         let err = import(&dir, &csv);
         let rows = read_csv(&csv);
         every_write(&rows, n, &format!("--threads{z}: {err}"));
+        // stat --input and report read the directory as import does.
+        let q2c = rows.iter().filter(|r| !r["q2c_ns"].is_empty()).count();
+        for args in [&["stat", "--input"][..], &["report"]] {
+            let out = run_ok(Command::new(bin()).args(args).arg(&dir));
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(
+                table_count(&text, &[&l.name, "write"], "q2c"),
+                Some(q2c as u64),
+                "{args:?}: {text}"
+            );
+        }
         if z.is_empty() {
             // perf inject prints a warning about kcore it could not copy: not a failure.
             let st = Command::new("perf")

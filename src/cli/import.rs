@@ -183,11 +183,17 @@ pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32>
     Ok(0)
 }
 
-/// Whether `path` is a perf.data (its magic), to import before reading it as rows.
+/// Whether `path` is a perf.data (its magic), to import before reading it as rows: a
+/// file, or a directory capture (`perf record --threads`) by its header file.
 pub fn is_perf_data(path: &Path) -> bool {
     use std::io::Read;
     let mut m = [0u8; 8];
-    std::fs::File::open(path)
+    let file = if path.is_dir() {
+        path.join("data")
+    } else {
+        path.to_path_buf()
+    };
+    std::fs::File::open(file)
         .and_then(|mut f| f.read_exact(&mut m))
         .is_ok()
         && &m == b"PERFILE2"
