@@ -35,7 +35,8 @@ type Key = (u64, String, u64);
 struct Io {
     status: String,
     start: i64,
-    stages: [i64; 3],
+    /// q2d, d2c, q2c; q2d and q2c are empty for an I/O whose insert the recording missed.
+    stages: [Option<i64>; 3],
 }
 
 /// The rows of a recording: how many, its `ok` rows by I/O, and every row that is not
@@ -55,7 +56,7 @@ fn by_io(path: &Path) -> (usize, HashMap<Key, Io>, Vec<String>) {
         let io = Io {
             status: r["status"].clone(),
             start: inum(r, "start_ns"),
-            stages: [inum(r, "q2d_ns"), inum(r, "d2c_ns"), inum(r, "q2c_ns")],
+            stages: ["q2d_ns", "d2c_ns", "q2c_ns"].map(|c| (!r[c].is_empty()).then(|| inum(r, c))),
         };
         assert!(
             ok.insert(key.clone(), io).is_none(),
@@ -241,6 +242,19 @@ fn a_perf_capture_imports_to_the_rows_a_live_record_writes() {
             assert!(op == "read" || op == "write", "{what}: {op}");
         }
     }
+    // An `ok` row without q2d on this scheduled device is an I/O whose insert sample
+    // that recording never got, and was not told it missed (else the row would be
+    // `dropped`). Seen once in 20 soak runs (stop 42): the live recording lacked the
+    // insert that perf's capture beside it held. Rare, so bounded: one I/O in a
+    // thousand, with both exit lines to tell whether the kernel counted it.
+    for (what, ok) in [("live", &live_ok), ("import", &imp_ok)] {
+        let bare = ok.values().filter(|i| i.stages[0].is_none()).count();
+        eprintln!("{what}: {bare} ok rows without q2d");
+        assert!(
+            bare * 1000 <= n,
+            "{what}: {bare} ok rows without q2d\nlive: {live_err}\nimport: {err}"
+        );
+    }
     let common: Vec<(&Io, &Io)> = imp_ok
         .iter()
         .filter_map(|(k, i)| live_ok.get(k).map(|l| (i, l)))
@@ -261,7 +275,7 @@ fn a_perf_capture_imports_to_the_rows_a_live_record_writes() {
         .collect();
     let mut stage: Vec<i64> = common
         .iter()
-        .flat_map(|(i, l)| (0..3).map(move |k| (i.stages[k] - l.stages[k]).abs()))
+        .flat_map(|(i, l)| (0..3).filter_map(move |k| Some((i.stages[k]? - l.stages[k]?).abs())))
         .collect();
     assert!(common.iter().all(|(i, l)| i.status == l.status));
     let (s50, s_out) = (
