@@ -4,7 +4,7 @@
 //! in time order, so a merge by time across files puts every sample in order.
 //!
 //! The crate reads one perf file, so each `data.N` is presented to it as one
-//! ([`ThreadFile`]): the header file's bytes with the data section pointed at the thread's
+//! ([`ThreadFile`]): the header file's bytes with the data section pointed at the ring's
 //! records. Without rounds the crate's sorter would hold a whole file until its end, so a
 //! FINISHED_ROUND is put after every run of about [`CHUNK`] bytes of records: it then
 //! holds two runs at most. The files are merged by time in `super::feed_merged`; were a
@@ -22,6 +22,8 @@ const CHUNK: u64 = 64 * 1024;
 const ROUND: [u8; 8] = [68, 0, 0, 0, 0, 0, 8, 0];
 /// Where the file header holds the data section's offset and size.
 const DATA_SECTION: usize = 40;
+/// Where the file header's feature bitmap starts (256 bits).
+const FEATURES: usize = 72;
 
 /// The `data.N` files of directory `dir`, in order of N.
 pub(super) fn thread_files(dir: &Path) -> Vec<PathBuf> {
@@ -53,8 +55,8 @@ pub(super) struct Scan {
 
 /// Walk the record headers of a `data.N`. The records fill it to its end, but for the
 /// last one when perf stopped mid-write: fewer bytes than a record can hold (64 KiB).
-/// Anything else is corruption, which is said (`Err(Some(offset))`) rather than
-/// losing the rest of the file.
+/// Anything else is corruption, said as `Err(offset)` rather than losing the rest of
+/// the file.
 pub(super) fn scan(path: &Path) -> io::Result<Result<Scan, u64>> {
     let f = File::open(path)?;
     let len = f.metadata()?.len();
@@ -91,7 +93,7 @@ pub(super) fn scan(path: &Path) -> io::Result<Result<Scan, u64>> {
 }
 
 /// One `data.N` as a whole perf file: `head` (the header file, its data section pointed
-/// past its end), then the thread's records with a FINISHED_ROUND after each run, then
+/// past its end), then the ring's records with a FINISHED_ROUND after each run, then
 /// the header file's feature table (read from the end of the data section; the feature
 /// sections it points to are in `head`, where they were).
 pub(super) struct ThreadFile {
@@ -116,7 +118,7 @@ impl ThreadFile {
     pub(super) fn new(header: &Rc<Vec<u8>>, path: &Path, scan: Scan) -> io::Result<ThreadFile> {
         let le64 = |at: usize| super::le64(header, at);
         let (data_off, data_size) = (le64(DATA_SECTION), le64(DATA_SECTION + 8));
-        let features: u32 = (0..4).map(|i| le64(72 + 8 * i).count_ones()).sum();
+        let features: u32 = (0..4).map(|i| le64(FEATURES + 8 * i).count_ones()).sum();
         let from = (data_off + data_size) as usize;
         let table = header
             .get(from..from + 16 * features as usize)
