@@ -498,9 +498,10 @@ fn a_compressed_capture_imports_every_io() {
 /// `perf record --threads` writes a directory: a header file `data` and the samples in
 /// `data.N`, one file per CPU's ring with no FINISHED_ROUND. The directory imports to
 /// exactly the rows of what `perf inject` merges of it into one file (the same samples,
-/// put in order by perf), and with `-z` (which `perf inject` cannot merge: it puts
-/// several compressed streams into one) to every I/O; `stat --input` and `report` read
-/// it too. The header file alone is refused, naming the directory.
+/// each ring's in 2 MiB pieces one after the other, sorted whole by the crate), and with
+/// `-z` (which `perf inject` cannot merge: it puts several compressed streams into one)
+/// to every I/O; `stat --input` and `report` read it too. The header file alone and a
+/// ring's file alone are refused, naming the directory.
 #[test]
 fn a_directory_capture_imports_as_its_merge_does() {
     let test = "a_directory_capture_imports_as_its_merge_does";
@@ -582,19 +583,41 @@ fn a_directory_capture_imports_as_its_merge_does() {
             );
         }
     }
-    let header = dir.join("data");
-    let out = Command::new(bin())
-        .arg("import")
-        .arg(&header)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The header file alone, and one ring's file (`data.0`: no header of its own) by
+    // import and by report, are refused, naming the directory.
     assert!(
-        err.contains("the header file of a directory capture (perf record --threads)")
-            && err.contains(&format!("import the directory, {}", dir.display())),
-        "{err}"
+        dir.join("data.0").is_file(),
+        "perf --threads wrote no data.0"
     );
+    for (args, file, what) in [
+        (
+            "import",
+            "data",
+            "the header file of a directory capture (perf record --threads)",
+        ),
+        (
+            "import",
+            "data.0",
+            "one ring's samples of a directory capture (perf record --threads)",
+        ),
+        (
+            "report",
+            "data.0",
+            "one ring's samples of a directory capture (perf record --threads)",
+        ),
+    ] {
+        let out = Command::new(bin())
+            .arg(args)
+            .arg(dir.join(file))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args} {file}: {err}");
+        assert!(
+            err.contains(what) && err.contains(&format!("import the directory, {}", dir.display())),
+            "{args} {file}: {err}"
+        );
+    }
     clean();
 }
 

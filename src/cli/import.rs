@@ -35,6 +35,13 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
         }
     }
     let p = cap.profile(name)?;
+    if let Some(bytes) = cap.unrounded {
+        eprintln!(
+            "ntprof-perf: note: {} has no FINISHED_ROUND records (perf inject writes none when it merges a `perf record --threads` directory), so its {} MB of records are sorted in memory, about twice that; import the directory itself to read it ring by ring in a few MB",
+            file.display(),
+            bytes >> 20
+        );
+    }
     let here = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok();
@@ -184,12 +191,15 @@ pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32>
 }
 
 /// Whether `path` is a perf.data (its magic), to import before reading it as rows: a
-/// file, or a directory capture (`perf record --threads`) by its header file.
+/// file, or a directory capture (`perf record --threads`) or one of its `data.N` by the
+/// header file (which `import` then names).
 pub fn is_perf_data(path: &Path) -> bool {
     use std::io::Read;
     let mut m = [0u8; 8];
     let file = if path.is_dir() {
         path.join("data")
+    } else if ntprof_perf::import::is_ring_file(path) {
+        path.with_file_name("data")
     } else {
         path.to_path_buf()
     };

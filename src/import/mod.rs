@@ -55,6 +55,8 @@ pub enum ImportError {
     NotAStream,
     #[error("{}: the header file of a directory capture (perf record --threads), which holds no sample: the samples are in the data.N files beside it; import the directory, {}", path.display(), path.parent().unwrap_or(Path::new(".")).display())]
     Directory { path: PathBuf },
+    #[error("{}: one ring's samples of a directory capture (perf record --threads), without the header that says what they are: import the directory, {}", path.display(), path.parent().unwrap_or(Path::new(".")).display())]
+    Ring { path: PathBuf },
     #[error("{}: the capture has no tracing data (event formats); give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
     NoTracingData { path: PathBuf },
     #[error("{}: its tracing data cannot be read: {source}; give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
@@ -276,6 +278,13 @@ impl CaptureClock {
     }
 }
 
+/// Whether `path` is named as one ring's file of a directory capture, `data.N`.
+pub fn is_ring_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str()?.strip_prefix("data."))
+        .is_some_and(|n| n.parse::<u64>().is_ok())
+}
+
 /// The records of a capture, file or stream.
 enum Records {
     File(PerfRecordIter<Box<dyn ReadSeek>>),
@@ -327,12 +336,17 @@ pub struct Capture {
     records: Records,
     /// Files of a directory capture that end inside a record (perf stopped mid-write).
     torn: u64,
+    /// Bytes of records in a file without perf's rounds, sorted whole in memory (see
+    /// [`unrounded`]), when that is many.
+    pub unrounded: Option<u64>,
 }
 
 /// `PERF_RECORD_LOST_SAMPLES`: perf writes them at the end with the kernel's lost count
 /// of each event (`PERF_FORMAT_LOST`); perf 6.1 sums an event's CPUs into one, stamped
 /// with CPU 0.
 const RECORD_LOST_SAMPLES: u32 = 13;
+/// `PERF_RECORD_FINISHED_ROUND`: every sample of the rounds before the last is out.
+const RECORD_FINISHED_ROUND: u32 = 68;
 /// `PERF_RECORD_HEADER_TRACING_DATA`: in a stream, the tracing data follows the record.
 const RECORD_TRACING_DATA: u32 = 66;
 /// `PERF_RECORD_AUXTRACE`: its data follows the record too.
@@ -378,8 +392,13 @@ impl Capture {
                 path: path.to_path_buf(),
             });
         }
+        if is_ring_file(path) && path.with_file_name("data").is_file() {
+            return Err(ImportError::Ring {
+                path: path.to_path_buf(),
+            });
+        }
         let f = File::open(path).map_err(open_err)?;
-        Capture::seekable(path, Box::new(BufReader::new(f)), tracefs)
+        Capture::seekable(path, Box::new(BufReader::new(f)), tracefs, Some(path))
     }
 
     /// perf's directory format: a header file `data` and, from `perf record --threads`,
@@ -389,15 +408,23 @@ impl Capture {
         let data = path.join("data");
         let threads = dir::thread_files(path);
         if threads.is_empty() {
-            let f = File::open(&data).map_err(|source| ImportError::Open { path: data, source })?;
-            return Capture::seekable(path, Box::new(BufReader::new(f)), tracefs);
+            let f = File::open(&data).map_err(|source| ImportError::Open {
+                path: data.clone(),
+                source,
+            })?;
+            return Capture::seekable(path, Box::new(BufReader::new(f)), tracefs, Some(&data));
         }
         let header = std::fs::read(&data).map_err(|source| ImportError::Open {
             path: data.clone(),
             source,
         })?;
         let header = Rc::new(header);
-        let mut cap = Capture::seekable(path, Box::new(io::Cursor::new(header.to_vec())), tracefs)?;
+        let mut cap = Capture::seekable(
+            path,
+            Box::new(io::Cursor::new(header.to_vec())),
+            tracefs,
+            None,
+        )?;
         // `seekable` read the header file as a file capture: it is one, checked.
         let Records::File(main) = std::mem::replace(&mut cap.records, Records::Dir(Vec::new()))
         else {
@@ -434,7 +461,7 @@ impl Capture {
         bytes: Vec<u8>,
         tracefs: Option<&Tracefs>,
     ) -> Result<Capture, ImportError> {
-        Capture::seekable(name, Box::new(io::Cursor::new(bytes)), tracefs)
+        Capture::seekable(name, Box::new(io::Cursor::new(bytes)), tracefs, None)
     }
 
     fn check_magic(path: &Path, head: &[u8; 16], got: usize) -> Result<(), ImportError> {
@@ -457,10 +484,13 @@ impl Capture {
         Ok(())
     }
 
+    /// A file capture read from `r`. `file`: the file it is, opened again to look for
+    /// perf's rounds in its records (see [`unrounded`]).
     fn seekable(
         path: &Path,
         mut r: Box<dyn ReadSeek>,
         tracefs: Option<&Tracefs>,
+        file: Option<&Path>,
     ) -> Result<Capture, ImportError> {
         let open_err = |source| ImportError::Open {
             path: path.to_path_buf(),
@@ -481,16 +511,22 @@ impl Capture {
                 "its header says it is {header_size} bytes, perf writes {FILE_HEADER}"
             )));
         }
-        check_file_layout(&mut *r).map_err(corrupt)?;
+        let data = check_file_layout(&mut *r).map_err(corrupt)?;
+        let unrounded = match file {
+            Some(f) => unrounded(f, data, UNROUNDED_NOTE).map_err(open_err)?,
+            None => None,
+        };
         r.seek(SeekFrom::Start(0)).map_err(open_err)?;
         let reader = PerfFileReader::parse_file(r).map_err(|e| parse_error(path, e))?;
-        Capture::from_reader(
+        let mut cap = Capture::from_reader(
             path,
             reader.perf_file,
             Records::File(reader.record_iter),
             None,
             tracefs,
-        )
+        )?;
+        cap.unrounded = unrounded;
+        Ok(cap)
     }
 
     /// A pipe-mode capture whose 16-byte header `head` has been read from `input`.
@@ -659,6 +695,7 @@ impl Capture {
             file,
             records,
             torn: 0,
+            unrounded: None,
         })
     }
 
@@ -1089,9 +1126,41 @@ fn le32(b: &[u8], at: usize) -> u32 {
         .map_or(0, u32::from_le_bytes)
 }
 
+/// Records from which a file without a FINISHED_ROUND is said to be held in memory.
+const UNROUNDED_NOTE: u64 = 64 << 20;
+
+/// The bytes of records (`data`: the data section's offset and size) when there are at
+/// least `min` of them and no FINISHED_ROUND: the crate's sorter releases
+/// records only at a round, so it holds such a file whole, about twice its size.
+/// `perf inject`'s merge of a `--threads` directory is one: each ring's records in
+/// 2 MiB pieces, one ring after the other, so only a sort of the whole puts them in
+/// order. perf record writes a round after every pass over its rings: the walk stops
+/// at the first.
+fn unrounded(path: &Path, (off, size): (u64, u64), min: u64) -> io::Result<Option<u64>> {
+    if size < min {
+        return Ok(None);
+    }
+    let mut r = BufReader::with_capacity(1 << 16, File::open(path)?);
+    r.seek(SeekFrom::Start(off))?;
+    let mut at = 0;
+    let mut head = [0u8; 8];
+    while at + 8 <= size {
+        r.read_exact(&mut head)?;
+        let len = u64::from(u16::from_le_bytes([head[6], head[7]]));
+        if le32(&head, 0) == RECORD_FINISHED_ROUND || len < 8 {
+            // Rounds, or records that go wrong: the crate says what.
+            return Ok(None);
+        }
+        r.seek_relative(len as i64 - 8)?;
+        at += len;
+    }
+    Ok(Some(size))
+}
+
 /// Every section the file header names lies inside the file, and the event
-/// descriptions' counts fit their section: the crate allocates from these sizes.
-fn check_file_layout(f: &mut dyn ReadSeek) -> Result<(), String> {
+/// descriptions' counts fit their section: the crate allocates from these sizes. The
+/// data section's offset and size.
+fn check_file_layout(f: &mut dyn ReadSeek) -> Result<(u64, u64), String> {
     let len = f.seek(SeekFrom::End(0)).map_err(|e| e.to_string())?;
     f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
     let mut h = [0u8; FILE_HEADER];
@@ -1127,7 +1196,7 @@ fn check_file_layout(f: &mut dyn ReadSeek) -> Result<(), String> {
             check_event_desc(&d)?;
         }
     }
-    Ok(())
+    Ok((data_off, data_size))
 }
 
 /// The event descriptions (`HEADER_EVENT_DESC`: count, attr size, then per event the
@@ -1246,6 +1315,32 @@ mod tests {
         assert!(s.repeated(100, 0, Some(7), b"insert 16"));
         assert!(!s.repeated(101, 0, Some(7), b"insert 8"), "another time");
         assert!(s.repeated(101, 0, Some(7), b"insert 8"));
+    }
+
+    #[test]
+    fn a_file_without_rounds_is_told_from_one_with_them() {
+        // Records of type 9 (16 bytes) after 8 bytes of something else, one of them a
+        // FINISHED_ROUND (8 bytes) when asked.
+        let file = |round: bool| {
+            let mut b = vec![0u8; 8];
+            for i in 0..4u8 {
+                b.extend_from_slice(&[9, 0, 0, 0, 0, 0, 16, 0, i, i, i, i, i, i, i, i]);
+                if round && i == 2 {
+                    b.extend_from_slice(&[68, 0, 0, 0, 0, 0, 8, 0]);
+                }
+            }
+            let p =
+                std::env::temp_dir().join(format!("ntprof-rounds-{round}-{}", std::process::id()));
+            std::fs::write(&p, &b).unwrap();
+            (p, b.len() as u64 - 8)
+        };
+        let (p, n) = file(false);
+        assert_eq!(unrounded(&p, (8, n), 0).unwrap(), Some(64));
+        assert_eq!(unrounded(&p, (8, n), 65).unwrap(), None, "too few to say");
+        std::fs::remove_file(p).unwrap();
+        let (p, n) = file(true);
+        assert_eq!(unrounded(&p, (8, n), 0).unwrap(), None);
+        std::fs::remove_file(p).unwrap();
     }
 
     #[test]
