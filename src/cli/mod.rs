@@ -68,9 +68,13 @@ fn perf_record_line(words: &[String], tfs: &Tracefs) -> Result<String> {
         .into_iter()
         .map(String::from)
         .chain(words.iter().cloned());
-    let m = args::command()
-        .try_get_matches_from(argv)
-        .map_err(|e| anyhow::anyhow!("--perf-record {}: {e}", words.join(" ")))?;
+    let m = args::command().try_get_matches_from(argv).map_err(|e| {
+        // `--perf-record P --help`: the selection flags are `record`'s, so its help.
+        if e.kind() == clap::error::ErrorKind::DisplayHelp {
+            e.exit();
+        }
+        anyhow::anyhow!("--perf-record {}: {e}", words.join(" "))
+    })?;
     let Some((_, flags)) = m.subcommand() else {
         bail!("--perf-record {name}: no selection");
     };
