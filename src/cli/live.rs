@@ -439,6 +439,13 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         ),
         _ => run_live_split(&mut group, pipe, &opts, &mut should_stop, sink),
     };
+    // The rate every I/O was sampled at, for the summary and the exit line; with
+    // --max-rate it changed (from the rate it started at), and the counts' own line says
+    // the rate in effect and how often it changed.
+    let fixed_rate = match r.max_rate {
+        Some(_) => 1,
+        None => r.plan.sample,
+    };
     // The output is finished before the command is waited for (below), so a command
     // that ignores SIGTERM cannot hold back a single row.
     let (reason, health) = match result {
@@ -460,7 +467,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         Err(f) => {
             // Rows already handed to the sink are flushed, with the counts as of the
             // error, before reporting it: a failed run still says what it saw and lost.
-            let _ = finish_output(&mut out, &f.health, t0, r.profile, r.plan.sample);
+            let _ = finish_output(&mut out, &f.health, t0, r.profile, fixed_rate);
             let what = match &out {
                 Output::Rows(s) => format!(
                     "stopped by an error after {} I/Os written to {to}",
@@ -474,7 +481,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             return Err(f.error.into());
         }
     };
-    if let Err(e) = finish_output(&mut out, &health, t0, r.profile, r.plan.sample) {
+    if let Err(e) = finish_output(&mut out, &health, t0, r.profile, fixed_rate) {
         finish_child(child.as_mut(), &stop);
         return Err(e);
     }
@@ -493,7 +500,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         Output::Metrics(..) => "serve done".to_string(),
     };
     // Counts of a sampled run are 1/N of the traffic: say so where they are printed.
-    let rows = match profile::sample::describe(r.plan.sample) {
+    let rows = match profile::sample::describe(fixed_rate) {
         Some(s) => format!("{rows} ({s})"),
         None => rows,
     };
