@@ -178,10 +178,13 @@ fn list(a: &ListArgs) -> Result<()> {
 
 /// A seconds flag as a Duration, refusing what cannot be one.
 fn seconds(flag: &str, v: f64) -> Result<std::time::Duration> {
-    std::time::Duration::try_from_secs_f64(v)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .with_context(|| format!("--{flag} {v}: give a positive number of seconds"))
+    match std::time::Duration::try_from_secs_f64(v) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) if v > 0.0 => bail!("--{flag} {v}: shorter than a nanosecond"),
+        // A Duration holds up to 2^64 s.
+        Err(_) if v.is_finite() && v > 0.0 => bail!("--{flag} {v}: too long (at most 2^64 s)"),
+        _ => bail!("--{flag} {v}: give a positive number of seconds"),
+    }
 }
 
 /// An error and its causes on one line, each cause once: an io error wrapped with the
@@ -215,5 +218,21 @@ mod tests {
         let t = error_text(&e);
         assert_eq!(t.matches("No space left on device").count(), 1, "{t}");
         assert!(t.contains("x.csv"), "{t}");
+    }
+
+    #[test]
+    fn seconds_say_what_is_wrong_with_them() {
+        assert_eq!(seconds("d", 0.5).unwrap().as_millis(), 500);
+        for (v, why) in [
+            (0.0, "give a positive number"),
+            (-1.0, "give a positive number"),
+            (f64::NAN, "give a positive number"),
+            (f64::INFINITY, "give a positive number"),
+            (1e-12, "shorter than a nanosecond"),
+            (1e30, "too long"),
+        ] {
+            let e = seconds("d", v).unwrap_err().to_string();
+            assert!(e.starts_with("--d ") && e.contains(why), "{v}: {e}");
+        }
     }
 }
