@@ -306,6 +306,11 @@ fn bad_input_is_refused_before_tracing_with_what_to_do() {
         &["report", bad.to_str().unwrap()],
         "is not that of a recording of any profile",
     );
+    std::fs::write(&bad, "").unwrap();
+    fails_with(
+        &["report", bad.to_str().unwrap()],
+        "bad.csv: empty: not even a header line",
+    );
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_file(bad);
 }

@@ -758,13 +758,15 @@ fn broken_captures_are_refused_with_what_to_do() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/block-4-writes.perf.data");
     let bytes = std::fs::read(&fixture).unwrap();
     let bad = tmp("import-bad.data");
-    let cases: [(&[u8], &str); 3] = [
+    let cases: [(&[u8], &str); 4] = [
         (
             &bytes[..bytes.len() / 2],
             "the file is truncated or corrupted",
         ),
         (b"PERFILE2\x10\0\0\0", "the file is truncated or corrupted"),
         (b"col1,col2\n1,2\n", "not a perf.data file"),
+        // What perf leaves when the kernel refuses its events or clock (`-k boot`).
+        (b"", "empty: perf wrote nothing to it"),
     ];
     for (content, want) in cases {
         std::fs::write(&bad, content).unwrap();

@@ -42,6 +42,8 @@ pub enum ImportError {
     Open { path: PathBuf, source: io::Error },
     #[error("{}: not a perf.data file (no PERFILE2 magic at its start)", path.display())]
     NotPerfData { path: PathBuf },
+    #[error("{}: empty: perf wrote nothing to it (perf record failed before its header, e.g. an event or clock the kernel refused: see perf's own message)", path.display())]
+    Empty { path: PathBuf },
     #[error("{}: a big-endian capture (recorded on a big-endian machine); ntprof-perf reads little-endian captures only", path.display())]
     BigEndian { path: PathBuf },
     #[error("{}: the file is truncated or corrupted: {what}; record it again, or check the copy (a capture still being written has no valid header: stop perf first)", path.display())]
@@ -467,6 +469,11 @@ impl Capture {
     fn check_magic(path: &Path, head: &[u8; 16], got: usize) -> Result<(), ImportError> {
         if got >= 8 && &head[..8] == b"2ELIFREP" {
             return Err(ImportError::BigEndian {
+                path: path.to_path_buf(),
+            });
+        }
+        if got == 0 {
+            return Err(ImportError::Empty {
                 path: path.to_path_buf(),
             });
         }

@@ -87,6 +87,11 @@ impl Input {
     /// [`next_row`](Input::next_row) gives cells in that profile's column order, empty
     /// for a column the file lacks.
     pub fn recognise(&mut self) -> Result<&'static dyn crate::profile::Profile, SinkError> {
+        if self.header.is_empty() {
+            return Err(SinkError::Empty {
+                path: self.path.clone(),
+            });
+        }
         let header: Vec<&str> = self.header.iter().map(String::as_str).collect();
         let r = crate::profile::recognise(&header, self.meta()).map_err(|source| {
             SinkError::NotARecording {

@@ -38,6 +38,8 @@ pub enum SinkError {
         path: std::path::PathBuf,
         source: ::csv::Error,
     },
+    #[error("{}: empty: not even a header line (a recording writes its header first; a perf.data starts with PERFILE2)", path.display())]
+    Empty { path: std::path::PathBuf },
     #[error("{}: {source}", path.display())]
     NotARecording {
         path: std::path::PathBuf,
