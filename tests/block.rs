@@ -554,7 +554,7 @@ fn piped_into_head_ends_cleanly() {
 
 /// A run whose output fails (the disk fills) stops with the error and still says what
 /// it saw: the rows written and the samples and losses counted by then, from the
-/// reading thread when there are two.
+/// reading thread when there are two, and for Parquet also when the last commit fails.
 #[test]
 fn a_full_disk_stops_the_run_and_says_what_it_saw() {
     if !kernel_ready("a_full_disk_stops_the_run_and_says_what_it_saw") {
@@ -578,40 +578,45 @@ fn a_full_disk_stops_the_run_and_says_what_it_saw() {
         }
     }
     let dir = Mounted(dir);
-    let csv = dir.0.join("rows.csv");
-    for threads in ["1", "2"] {
+    // CSV fails at a write during the run; Parquet (a row group committed every 2 s)
+    // during the run or at its last commit, after the workload: either way the exit line
+    // comes before the error.
+    for (file, threads) in [("rows.csv", "1"), ("rows.csv", "2"), ("rows.parquet", "1")] {
+        let out_file = dir.0.join(file);
         // About 100 bytes a row: 20,000 I/Os fill 64 KiB many times over.
         let out = Command::new(bin())
             .args(["record", "-d", &l.dev, "--threads", threads, "-o"])
-            .arg(&csv)
+            .arg(&out_file)
             .args(["--", "dd", "if=/dev/zero", &format!("of={}", l.dev)])
             .args(["bs=4k", "count=20000", "oflag=direct", "status=none"])
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "threads {threads}: {err}");
-        assert!(!err.contains("panicked"), "threads {threads}: {err}");
-        assert!(
-            err.contains("No space left on device"),
-            "threads {threads}: {err}"
-        );
+        let what = format!("{file}, threads {threads}");
+        assert!(!out.status.success(), "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+        assert!(err.contains("No space left on device"), "{what}: {err}");
         let line = err
             .lines()
-            .find(|l| l.contains("stopped by an error after "))
-            .unwrap_or_else(|| panic!("threads {threads}: no exit line: {err}"));
+            .find(|l| l.contains("stopped by an error "))
+            .unwrap_or_else(|| panic!("{what}: no exit line: {err}"));
         let after = |key: &str| -> u64 {
             number_after(line, key).unwrap_or_else(|| panic!("{key}: {line}"))
         };
-        let written = after("error after ");
+        let closing = format!("closing {}, ", out_file.display());
+        let written = match number_after(line, "error after ") {
+            Some(n) => n,
+            None => after(&closing),
+        };
         let samples = after("; samples ");
-        assert!(written > 0, "threads {threads}: {line}");
+        assert!(written > 0, "{what}: {line}");
         // Each block I/O is at least its issue and its completion.
-        assert!(samples >= 2 * written, "threads {threads}: {line}");
+        assert!(samples >= 2 * written, "{what}: {line}");
         assert!(
             line.contains("  lost ") && line.contains("  dropped "),
             "{line}"
         );
-        let _ = std::fs::remove_file(&csv);
+        let _ = std::fs::remove_file(&out_file);
     }
 }
 

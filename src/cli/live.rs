@@ -482,6 +482,17 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         }
     };
     if let Err(e) = finish_output(&mut out, &health, t0, r.profile, fixed_rate) {
+        // The last rows did not reach the file (a full disk at the last flush or
+        // Parquet commit): the run's counts are still said, with the error after them.
+        let what = match &out {
+            Output::Rows(s) => format!(
+                "stopped by an error closing {to}, {} I/Os handed to it",
+                s.written()
+            ),
+            Output::Stat(..) => "stat stopped by an error".to_string(),
+            Output::Metrics(..) => "serve stopped by an error".to_string(),
+        };
+        eprintln!("ntprof-perf: {what}; {}", health.line());
         finish_child(child.as_mut(), &stop);
         return Err(e);
     }
