@@ -887,3 +887,98 @@ fn lost_records_of_a_capture_are_reported_as_a_live_run_reports_them() {
         let _ = std::fs::remove_file(p);
     }
 }
+
+/// A capture perf record has not finished (still running here; killed, the file is the
+/// same: perf writes the data section's size and its features only when it stops, and
+/// refuses such a file itself). What perf has written imports, with `--tracefs` for the
+/// event formats it writes at the end (refused without, saying so), and each row is the
+/// finished capture's row of that I/O.
+#[test]
+fn an_unfinished_capture_imports_what_perf_has_written() {
+    let test = "an_unfinished_capture_imports_what_perf_has_written";
+    if !perf_ready(test) {
+        return;
+    }
+    let l = LoopDev::new("import-unfinished", 64);
+    l.scheduler("mq-deadline");
+    let data = tmp("import-unfinished.data");
+    let (snap, done) = (
+        tmp("import-unfinished-snap.csv"),
+        tmp("import-unfinished-done.csv"),
+    );
+    let _ = std::fs::remove_file(&data);
+    // Small rings (16 pages a CPU): perf writes to the file as they fill.
+    let mut perf = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec {} -m 16 -q -o {}",
+            perf_line(&l),
+            data.display()
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    started(&data, &mut perf);
+    let n = 8000u64;
+    run_ok(Command::new("dd").args([
+        "if=/dev/zero",
+        &format!("of={}", l.dev),
+        "bs=4k",
+        &format!("count={n}"),
+        "oflag=direct",
+        "status=none",
+    ]));
+    // perf writes a ring when it wakes: wait for a good part of the run's samples.
+    let t = Instant::now();
+    while std::fs::metadata(&data).unwrap().len() < 512 * 1024 {
+        assert!(t.elapsed() < Duration::from_secs(20), "perf wrote nothing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = Command::new(bin())
+        .arg("import")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("perf record did not finish this file") && err.contains("--tracefs"),
+        "{err}"
+    );
+    let out = run_ok(
+        Command::new(bin())
+            .arg("import")
+            .arg(&data)
+            .args(["--tracefs", "/sys/kernel/tracing", "-o"])
+            .arg(&snap),
+    );
+    let snap_err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        snap_err.contains("warning: perf record did not finish"),
+        "{snap_err}"
+    );
+    stop(perf, "perf record");
+    let done_err = import(&data, &done);
+    let done_rows = read_csv(&done);
+    every_write(&done_rows, n, &done_err);
+    let by: HashMap<(String, String), &Row> = done_rows
+        .iter()
+        .map(|r| ((r["start_ns"].clone(), r["sector"].clone()), r))
+        .collect();
+    let snap_rows = read_csv(&snap);
+    let ok: Vec<&Row> = snap_rows.iter().filter(|r| r["status"] == "ok").collect();
+    // 512 KiB of records: about 5,000 samples, three to an I/O.
+    assert!(ok.len() >= 1000, "{} ok rows: {snap_err}", ok.len());
+    for r in ok {
+        let key = (r["start_ns"].clone(), r["sector"].clone());
+        let whole = by
+            .get(&key)
+            .unwrap_or_else(|| panic!("{r:?} is no row of the finished capture"));
+        for c in ["op", "bytes", "q2d_ns", "d2c_ns", "q2c_ns", "qd"] {
+            assert_eq!(r[c], whole[c], "{c}: {r:?}\nfinished: {whole:?}");
+        }
+    }
+    for p in [&data, &snap, &done] {
+        let _ = std::fs::remove_file(p);
+    }
+}

@@ -35,6 +35,12 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
         }
     }
     let p = cap.profile(name)?;
+    if let Some(bytes) = cap.unfinished {
+        eprintln!(
+            "ntprof-perf: warning: perf record did not finish {} (it was killed, or is still running): read its {bytes} bytes of whole records; what perf had not yet written (the rest of its rings, its LOST_SAMPLES counts, the host and the wall-clock offset) is not in it",
+            file.display()
+        );
+    }
     if let Some(bytes) = cap.unrounded {
         eprintln!(
             "ntprof-perf: note: {} has no FINISHED_ROUND records (perf inject writes none when it merges a `perf record --threads` directory), so its {} MB of records are sorted in memory, about twice that; import the directory itself to read it ring by ring in a few MB",

@@ -15,6 +15,7 @@
 
 mod dir;
 pub mod tracing_data;
+mod unfinished;
 
 use crate::correlate::Gap;
 use crate::pipeline::{RecordSink, Stages};
@@ -59,6 +60,8 @@ pub enum ImportError {
     Directory { path: PathBuf },
     #[error("{}: one ring's samples of a directory capture (perf record --threads), without the header that says what they are: import the directory, {}", path.display(), path.parent().unwrap_or(Path::new(".")).display())]
     Ring { path: PathBuf },
+    #[error("{}: perf record did not finish this file (it was killed, or is still running): its records are there, but not the event formats perf writes when it stops; give --tracefs DIR with the recording kernel's tracefs (/sys/kernel/tracing if it was recorded here since the last boot)", path.display())]
+    Unfinished { path: PathBuf },
     #[error("{}: the capture has no tracing data (event formats); give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
     NoTracingData { path: PathBuf },
     #[error("{}: its tracing data cannot be read: {source}; give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
@@ -341,6 +344,8 @@ pub struct Capture {
     /// Bytes of records in a file without perf's rounds, sorted whole in memory (see
     /// [`unrounded`]), when that is many.
     pub unrounded: Option<u64>,
+    /// Bytes of whole records in a file perf record never finished (see [`unfinished`]).
+    pub unfinished: Option<u64>,
 }
 
 /// `PERF_RECORD_LOST_SAMPLES`: perf writes them at the end with the kernel's lost count
@@ -400,7 +405,7 @@ impl Capture {
             });
         }
         let f = File::open(path).map_err(open_err)?;
-        Capture::seekable(path, Box::new(BufReader::new(f)), tracefs, Some(path))
+        Capture::seekable(path, Box::new(BufReader::new(f)), tracefs)
     }
 
     /// perf's directory format: a header file `data` and, from `perf record --threads`,
@@ -414,19 +419,19 @@ impl Capture {
                 path: data.clone(),
                 source,
             })?;
-            return Capture::seekable(path, Box::new(BufReader::new(f)), tracefs, Some(&data));
+            return Capture::seekable(path, Box::new(BufReader::new(f)), tracefs);
         }
         let header = std::fs::read(&data).map_err(|source| ImportError::Open {
             path: data.clone(),
             source,
         })?;
+        let mut cap = Capture::seekable(path, Box::new(io::Cursor::new(header.to_vec())), tracefs)?;
+        let mut header = header;
+        if let Some(whole) = cap.unfinished {
+            // Each ring's file is read with the header file's header: as finished.
+            unfinished::finish_header(&mut header, whole);
+        }
         let header = Rc::new(header);
-        let mut cap = Capture::seekable(
-            path,
-            Box::new(io::Cursor::new(header.to_vec())),
-            tracefs,
-            None,
-        )?;
         // `seekable` read the header file as a file capture: it is one, checked.
         let Records::File(main) = std::mem::replace(&mut cap.records, Records::Dir(Vec::new()))
         else {
@@ -448,6 +453,11 @@ impl Capture {
                     what: format!("no whole record at byte {at}"),
                 })?;
             cap.torn += u64::from(scan.torn > 0);
+            if let Some(bytes) = cap.unfinished.as_mut() {
+                // The records said to be read are the ring's too.
+                let len = std::fs::metadata(&t).map_err(open_err)?.len();
+                *bytes += len - scan.torn;
+            }
             let file = dir::ThreadFile::new(&header, &t, scan).map_err(open_err)?;
             let reader = PerfFileReader::parse_file(Box::new(file) as Box<dyn ReadSeek>)
                 .map_err(|e| parse_error(&t, e))?;
@@ -463,7 +473,7 @@ impl Capture {
         bytes: Vec<u8>,
         tracefs: Option<&Tracefs>,
     ) -> Result<Capture, ImportError> {
-        Capture::seekable(name, Box::new(io::Cursor::new(bytes)), tracefs, None)
+        Capture::seekable(name, Box::new(io::Cursor::new(bytes)), tracefs)
     }
 
     fn check_magic(path: &Path, head: &[u8; 16], got: usize) -> Result<(), ImportError> {
@@ -491,13 +501,11 @@ impl Capture {
         Ok(())
     }
 
-    /// A file capture read from `r`. `file`: the file it is, opened again to look for
-    /// perf's rounds in its records (see [`unrounded`]).
+    /// A file capture read from `r`.
     fn seekable(
         path: &Path,
         mut r: Box<dyn ReadSeek>,
         tracefs: Option<&Tracefs>,
-        file: Option<&Path>,
     ) -> Result<Capture, ImportError> {
         let open_err = |source| ImportError::Open {
             path: path.to_path_buf(),
@@ -518,11 +526,16 @@ impl Capture {
                 "its header says it is {header_size} bytes, perf writes {FILE_HEADER}"
             )));
         }
-        let data = check_file_layout(&mut *r).map_err(corrupt)?;
-        let unrounded = match file {
-            Some(f) => unrounded(f, data, UNROUNDED_NOTE).map_err(open_err)?,
-            None => None,
-        };
+        let mut data = check_file_layout(&mut *r).map_err(corrupt)?;
+        let mut unfinished = None;
+        if data.unfinished {
+            let w = unfinished::walk(&mut *r, data.off, data.size, false).map_err(open_err)?;
+            r = Box::new(unfinished::Unfinished::new(r, data.off, w.whole).map_err(open_err)?);
+            data.size = w.whole;
+            unfinished = Some(w.whole);
+        }
+        let unrounded =
+            unrounded(&mut *r, (data.off, data.size), UNROUNDED_NOTE).map_err(open_err)?;
         r.seek(SeekFrom::Start(0)).map_err(open_err)?;
         let reader = PerfFileReader::parse_file(r).map_err(|e| parse_error(path, e))?;
         let mut cap = Capture::from_reader(
@@ -531,8 +544,10 @@ impl Capture {
             Records::File(reader.record_iter),
             None,
             tracefs,
+            unfinished.is_some(),
         )?;
         cap.unrounded = unrounded;
+        cap.unfinished = unfinished;
         Ok(cap)
     }
 
@@ -558,6 +573,7 @@ impl Capture {
             Records::Pipe(reader.record_iter),
             data,
             tracefs,
+            false,
         )
     }
 
@@ -594,6 +610,7 @@ impl Capture {
         records: Records,
         stream_tracing: Option<Result<Vec<u8>, String>>,
         tracefs: Option<&Tracefs>,
+        unfinished: bool,
     ) -> Result<Capture, ImportError> {
         let pipe = matches!(records, Records::Pipe(_));
         let p = || path.to_path_buf();
@@ -610,6 +627,7 @@ impl Capture {
         // file has none.
         let formats = match (tracefs, blob) {
             (Some(t), _) => t.clone(),
+            (None, None) if unfinished => return Err(ImportError::Unfinished { path: p() }),
             (None, None) => return Err(ImportError::NoTracingData { path: p() }),
             (None, Some(b)) => {
                 let texts = tracing_data::parse(&b)
@@ -703,6 +721,7 @@ impl Capture {
             records,
             torn: 0,
             unrounded: None,
+            unfinished: None,
         })
     }
 
@@ -1143,31 +1162,26 @@ const UNROUNDED_NOTE: u64 = 64 << 20;
 /// 2 MiB pieces, one ring after the other, so only a sort of the whole puts them in
 /// order. perf record writes a round after every pass over its rings: the walk stops
 /// at the first.
-fn unrounded(path: &Path, (off, size): (u64, u64), min: u64) -> io::Result<Option<u64>> {
+fn unrounded(r: &mut dyn ReadSeek, (off, size): (u64, u64), min: u64) -> io::Result<Option<u64>> {
     if size < min {
         return Ok(None);
     }
-    let mut r = BufReader::with_capacity(1 << 16, File::open(path)?);
-    r.seek(SeekFrom::Start(off))?;
-    let mut at = 0;
-    let mut head = [0u8; 8];
-    while at + 8 <= size {
-        r.read_exact(&mut head)?;
-        let len = u64::from(u16::from_le_bytes([head[6], head[7]]));
-        if le32(&head, 0) == RECORD_FINISHED_ROUND || len < 8 {
-            // Rounds, or records that go wrong: the crate says what.
-            return Ok(None);
-        }
-        r.seek_relative(len as i64 - 8)?;
-        at += len;
-    }
-    Ok(Some(size))
+    let w = unfinished::walk(r, off, size, true)?;
+    // Rounds, or records that go wrong (the crate says what): not said.
+    Ok((!w.round && w.whole == size).then_some(size))
+}
+
+/// Where a file's records are.
+struct Data {
+    off: u64,
+    size: u64,
+    /// perf record never finished the file (see [`unfinished`]): `size` is the rest of it.
+    unfinished: bool,
 }
 
 /// Every section the file header names lies inside the file, and the event
-/// descriptions' counts fit their section: the crate allocates from these sizes. The
-/// data section's offset and size.
-fn check_file_layout(f: &mut dyn ReadSeek) -> Result<(u64, u64), String> {
+/// descriptions' counts fit their section: the crate allocates from these sizes.
+fn check_file_layout(f: &mut dyn ReadSeek) -> Result<Data, String> {
     let len = f.seek(SeekFrom::End(0)).map_err(|e| e.to_string())?;
     f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
     let mut h = [0u8; FILE_HEADER];
@@ -1184,11 +1198,36 @@ fn check_file_layout(f: &mut dyn ReadSeek) -> Result<(u64, u64), String> {
     let (data_off, data_size) = (le64(&h, 40), le64(&h, 48));
     inside("data", data_off, data_size)?;
     inside("event types", le64(&h, 56), le64(&h, 64))?;
-    let bits: Vec<u64> = (0..4).map(|i| le64(&h, 72 + 8 * i)).collect();
+    match check_features(f, &h, len, data_off + data_size) {
+        Ok(()) => Ok(Data {
+            off: data_off,
+            size: data_size,
+            unfinished: false,
+        }),
+        // perf writes the data section's size, and the features after the records, when
+        // it stops: until then the size is 0, and what follows the header is records.
+        Err(_) if data_size == 0 && len > data_off => Ok(Data {
+            off: data_off,
+            size: len - data_off,
+            unfinished: true,
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+/// The feature table at `table` and the sections it names lie inside the file (`len`
+/// bytes), and the event descriptions fit theirs. `h`: the file header.
+fn check_features(f: &mut dyn ReadSeek, h: &[u8], len: u64, table: u64) -> Result<(), String> {
+    let inside = |what: &str, off: u64, size: u64| match off.checked_add(size) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(format!(
+            "its {what} section (bytes {off}..+{size}) is beyond its end ({len} bytes)"
+        )),
+    };
+    let bits: Vec<u64> = (0..4).map(|i| le64(h, 72 + 8 * i)).collect();
     let features: Vec<u64> = (0..256u64)
         .filter(|b| bits[(b / 64) as usize] & (1 << (b % 64)) != 0)
         .collect();
-    let table = data_off + data_size;
     inside("feature table", table, 16 * features.len() as u64)?;
     f.seek(SeekFrom::Start(table)).map_err(|e| e.to_string())?;
     let mut t = vec![0u8; 16 * features.len()];
@@ -1203,7 +1242,7 @@ fn check_file_layout(f: &mut dyn ReadSeek) -> Result<(u64, u64), String> {
             check_event_desc(&d)?;
         }
     }
-    Ok((data_off, data_size))
+    Ok(())
 }
 
 /// The event descriptions (`HEADER_EVENT_DESC`: count, attr size, then per event the
@@ -1336,18 +1375,18 @@ mod tests {
                     b.extend_from_slice(&[68, 0, 0, 0, 0, 0, 8, 0]);
                 }
             }
-            let p =
-                std::env::temp_dir().join(format!("ntprof-rounds-{round}-{}", std::process::id()));
-            std::fs::write(&p, &b).unwrap();
-            (p, b.len() as u64 - 8)
+            let n = b.len() as u64 - 8;
+            (io::Cursor::new(b), n)
         };
-        let (p, n) = file(false);
-        assert_eq!(unrounded(&p, (8, n), 0).unwrap(), Some(64));
-        assert_eq!(unrounded(&p, (8, n), 65).unwrap(), None, "too few to say");
-        std::fs::remove_file(p).unwrap();
-        let (p, n) = file(true);
-        assert_eq!(unrounded(&p, (8, n), 0).unwrap(), None);
-        std::fs::remove_file(p).unwrap();
+        let (mut f, n) = file(false);
+        assert_eq!(unrounded(&mut f, (8, n), 0).unwrap(), Some(64));
+        assert_eq!(
+            unrounded(&mut f, (8, n), 65).unwrap(),
+            None,
+            "too few to say"
+        );
+        let (mut f, n) = file(true);
+        assert_eq!(unrounded(&mut f, (8, n), 0).unwrap(), None);
     }
 
     #[test]

@@ -1,0 +1,182 @@
+//! A file capture perf record never finished: killed (`kill -9`, the OOM killer, a
+//! `timeout -s KILL`), or still running. perf writes the header, the attributes and the
+//! records as it goes, but the data section's size (0 until then), the feature sections
+//! and their table only when it stops; perf itself then refuses the file. The records
+//! are all there: [`Unfinished`] gives the crate the file with the data section's size
+//! set to its whole records and no features. What only the features say (the event
+//! formats, the host, the wall-clock offset) is then not known: the event formats come
+//! from `--tracefs`.
+
+use super::{le32, ReadSeek, FILE_HEADER, RECORD_FINISHED_ROUND};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+
+/// Where the file header holds the data section's offset and size.
+const DATA_SECTION: usize = 40;
+/// Where the file header's feature bitmap starts (256 bits).
+const FEATURES: usize = 72;
+
+/// What a walk of record headers found.
+pub(super) struct Walk {
+    /// Bytes of whole records from the start (as far as the walk went).
+    pub whole: u64,
+    /// A FINISHED_ROUND was met (the walk stops there when asked to).
+    pub round: bool,
+}
+
+/// Walk the headers of `len` bytes of records from byte `off` of `r`, to the last whole
+/// record or a header that cannot be one (shorter than itself); `stop`: stop at the
+/// first FINISHED_ROUND.
+pub(super) fn walk(r: &mut dyn ReadSeek, off: u64, len: u64, stop: bool) -> io::Result<Walk> {
+    let mut b = BufReader::with_capacity(1 << 16, r);
+    b.seek(SeekFrom::Start(off))?;
+    let mut w = Walk {
+        whole: 0,
+        round: false,
+    };
+    let mut head = [0u8; 8];
+    while w.whole + 8 <= len {
+        b.read_exact(&mut head)?;
+        let size = u64::from(u16::from_le_bytes([head[6], head[7]]));
+        if size < 8 || w.whole + size > len {
+            break;
+        }
+        if le32(&head, 0) == RECORD_FINISHED_ROUND {
+            w.round = true;
+            if stop {
+                break;
+            }
+        }
+        b.seek_relative(size as i64 - 8)?;
+        w.whole += size;
+    }
+    Ok(w)
+}
+
+/// Set an unfinished file's header (its first [`FILE_HEADER`] bytes) as perf would have
+/// at its end: a data section of `whole` bytes, and no features.
+pub(super) fn finish_header(head: &mut [u8], whole: u64) {
+    head[DATA_SECTION + 8..DATA_SECTION + 16].copy_from_slice(&whole.to_le_bytes());
+    head[FEATURES..FEATURES + 32].fill(0);
+}
+
+/// The unfinished file `inner` with its header as perf would have finished it: the data
+/// section `whole` bytes from `data_off`, no features. It ends with the records.
+pub(super) struct Unfinished {
+    inner: Box<dyn ReadSeek>,
+    head: [u8; FILE_HEADER],
+    len: u64,
+    pos: u64,
+    /// Where `inner` stands, so that it is sought only when the reader jumps.
+    at: Option<u64>,
+}
+
+impl Unfinished {
+    pub(super) fn new(
+        mut inner: Box<dyn ReadSeek>,
+        data_off: u64,
+        whole: u64,
+    ) -> io::Result<Unfinished> {
+        let mut head = [0u8; FILE_HEADER];
+        inner.seek(SeekFrom::Start(0))?;
+        inner.read_exact(&mut head)?;
+        finish_header(&mut head, whole);
+        Ok(Unfinished {
+            inner,
+            head,
+            len: data_off + whole,
+            pos: 0,
+            at: None,
+        })
+    }
+}
+
+impl Read for Unfinished {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = if self.pos < FILE_HEADER as u64 {
+            let from = &self.head[self.pos as usize..];
+            let n = out.len().min(from.len());
+            out[..n].copy_from_slice(&from[..n]);
+            n
+        } else {
+            let k = out.len().min(self.len.saturating_sub(self.pos) as usize);
+            if k == 0 {
+                return Ok(0);
+            }
+            if self.at != Some(self.pos) {
+                self.inner.seek(SeekFrom::Start(self.pos))?;
+            }
+            let n = self.inner.read(&mut out[..k])?;
+            self.at = Some(self.pos + n as u64);
+            n
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for Unfinished {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        self.pos = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        }
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the start"))?;
+        Ok(self.pos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of `size` bytes of type `kind`.
+    fn record(kind: u8, size: u16) -> Vec<u8> {
+        let mut r = vec![kind, 0, 0, 0, 0, 0];
+        r.extend_from_slice(&size.to_le_bytes());
+        r.resize(size as usize, kind);
+        r
+    }
+
+    #[test]
+    fn a_walk_stops_at_the_last_whole_record_or_the_first_round() {
+        let mut b = vec![0u8; 8];
+        b.extend(record(9, 16));
+        b.extend(record(68, 8));
+        b.extend(record(9, 24));
+        b.extend(&record(9, 32)[..20]);
+        let n = b.len() as u64 - 8;
+        let mut c = io::Cursor::new(b.clone());
+        let w = walk(&mut c, 8, n, false).unwrap();
+        assert_eq!((w.whole, w.round), (48, true));
+        let w = walk(&mut c, 8, n, true).unwrap();
+        assert_eq!((w.whole, w.round), (16, true));
+        // A header shorter than itself ends the walk.
+        b[8 + 24 + 6] = 4;
+        let w = walk(&mut io::Cursor::new(b), 8, n, false).unwrap();
+        assert_eq!(w.whole, 24);
+    }
+
+    #[test]
+    fn an_unfinished_file_reads_with_its_records_and_no_features() {
+        let mut f = vec![0u8; FILE_HEADER];
+        f[..8].copy_from_slice(b"PERFILE2");
+        f[DATA_SECTION..DATA_SECTION + 8].copy_from_slice(&(FILE_HEADER as u64).to_le_bytes());
+        f[FEATURES] = 0b101;
+        f.extend(record(9, 16));
+        f.extend(record(9, 16));
+        f.extend(&record(9, 16)[..5]);
+        let mut u = Unfinished::new(Box::new(io::Cursor::new(f.clone())), 104, 32).unwrap();
+        let mut all = Vec::new();
+        u.read_to_end(&mut all).unwrap();
+        let mut want = f[..FILE_HEADER + 32].to_vec();
+        want[DATA_SECTION + 8..DATA_SECTION + 16].copy_from_slice(&32u64.to_le_bytes());
+        want[FEATURES] = 0;
+        assert_eq!(all, want);
+        u.seek(SeekFrom::Start(110)).unwrap();
+        let mut two = [0u8; 2];
+        u.read_exact(&mut two).unwrap();
+        assert_eq!(two, [16, 0]);
+        assert_eq!(u.seek(SeekFrom::End(0)).unwrap(), 136);
+    }
+}
