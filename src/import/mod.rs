@@ -47,7 +47,7 @@ pub enum ImportError {
     Empty { path: PathBuf },
     #[error("{}: a big-endian capture (recorded on a big-endian machine); ntprof-perf reads little-endian captures only", path.display())]
     BigEndian { path: PathBuf },
-    #[error("{}: the file is truncated or corrupted: {what}; record it again, or check the copy (a capture still being written has no valid header: stop perf first)", path.display())]
+    #[error("{}: the file is truncated or corrupted: {what}; record it again, or check the copy", path.display())]
     Corrupt { path: PathBuf, what: String },
     #[error("{}: {source}; the file is truncated or corrupted", path.display())]
     Parse {
@@ -1171,6 +1171,16 @@ fn unrounded(r: &mut dyn ReadSeek, (off, size): (u64, u64), min: u64) -> io::Res
     Ok((!w.round && w.whole == size).then_some(size))
 }
 
+/// Section `what` (`size` bytes from `off`) lies inside a file of `len` bytes.
+fn inside(what: &str, off: u64, size: u64, len: u64) -> Result<(), String> {
+    match off.checked_add(size) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(format!(
+            "its {what} section (bytes {off}..+{size}) is beyond its end ({len} bytes)"
+        )),
+    }
+}
+
 /// Where a file's records are.
 struct Data {
     off: u64,
@@ -1188,12 +1198,7 @@ fn check_file_layout(f: &mut dyn ReadSeek) -> Result<Data, String> {
     if read_full(f, &mut h).map_err(|e| e.to_string())? < FILE_HEADER {
         return Err(format!("it is {len} bytes, shorter than perf's header"));
     }
-    let inside = |what: &str, off: u64, size: u64| match off.checked_add(size) {
-        Some(end) if end <= len => Ok(()),
-        _ => Err(format!(
-            "its {what} section (bytes {off}..+{size}) is beyond its end ({len} bytes)"
-        )),
-    };
+    let inside = |what: &str, off: u64, size: u64| inside(what, off, size, len);
     inside("attributes", le64(&h, 24), le64(&h, 32))?;
     let (data_off, data_size) = (le64(&h, 40), le64(&h, 48));
     inside("data", data_off, data_size)?;
@@ -1218,12 +1223,7 @@ fn check_file_layout(f: &mut dyn ReadSeek) -> Result<Data, String> {
 /// The feature table at `table` and the sections it names lie inside the file (`len`
 /// bytes), and the event descriptions fit theirs. `h`: the file header.
 fn check_features(f: &mut dyn ReadSeek, h: &[u8], len: u64, table: u64) -> Result<(), String> {
-    let inside = |what: &str, off: u64, size: u64| match off.checked_add(size) {
-        Some(end) if end <= len => Ok(()),
-        _ => Err(format!(
-            "its {what} section (bytes {off}..+{size}) is beyond its end ({len} bytes)"
-        )),
-    };
+    let inside = |what: &str, off: u64, size: u64| inside(what, off, size, len);
     let bits: Vec<u64> = (0..4).map(|i| le64(h, 72 + 8 * i)).collect();
     let features: Vec<u64> = (0..256u64)
         .filter(|b| bits[(b / 64) as usize] & (1 << (b % 64)) != 0)
