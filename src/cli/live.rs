@@ -468,14 +468,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             // Rows already handed to the sink are flushed, with the counts as of the
             // error, before reporting it: a failed run still says what it saw and lost.
             let _ = finish_output(&mut out, &f.health, t0, r.profile, fixed_rate);
-            let what = match &out {
-                Output::Rows(s) => format!(
-                    "stopped by an error after {} I/Os written to {to}",
-                    s.written()
-                ),
-                Output::Stat(..) => "stat stopped by an error".to_string(),
-                Output::Metrics(..) => "serve stopped by an error".to_string(),
-            };
+            let what = stopped(&out, |n| format!("after {n} I/Os written to {to}"));
             eprintln!("ntprof-perf: {what}; {}", f.health.line());
             finish_child(child.as_mut(), &stop);
             return Err(f.error.into());
@@ -484,14 +477,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     if let Err(e) = finish_output(&mut out, &health, t0, r.profile, fixed_rate) {
         // The last rows did not reach the file (a full disk at the last flush or
         // Parquet commit): the run's counts are still said, with the error after them.
-        let what = match &out {
-            Output::Rows(s) => format!(
-                "stopped by an error closing {to}, {} I/Os handed to it",
-                s.written()
-            ),
-            Output::Stat(..) => "stat stopped by an error".to_string(),
-            Output::Metrics(..) => "serve stopped by an error".to_string(),
-        };
+        let what = stopped(&out, |n| format!("closing {to}, {n} I/Os handed to it"));
         eprintln!("ntprof-perf: {what}; {}", health.line());
         finish_child(child.as_mut(), &stop);
         return Err(e);
@@ -637,6 +623,16 @@ fn finish_child(child: Option<&mut Child>, stop: &AtomicBool) -> Option<ChildEnd
                 return Some(ChildEnd::Abandoned);
             }
         }
+    }
+}
+
+/// The exit line's start when an error stopped the run; `rows` says where rows went
+/// from the count of those written.
+fn stopped(out: &Output, rows: impl Fn(u64) -> String) -> String {
+    match out {
+        Output::Rows(s) => format!("stopped by an error {}", rows(s.written())),
+        Output::Stat(..) => "stat stopped by an error".to_string(),
+        Output::Metrics(..) => "serve stopped by an error".to_string(),
     }
 }
 
