@@ -610,8 +610,10 @@ fn a_full_disk_stops_the_run_and_says_what_it_saw() {
         };
         let samples = after("; samples ");
         assert!(written > 0, "{what}: {line}");
-        // Each block I/O is at least its issue and its completion.
-        assert!(samples >= 2 * written, "{what}: {line}");
+        // Each block I/O is at least its issue and its completion, but for the samples
+        // the counts say were lost or dropped (the kernel drops one now and then).
+        let missing = after("  lost ") + after("  dropped ");
+        assert!(samples + missing >= 2 * written, "{what}: {line}");
         assert!(
             line.contains("  lost ") && line.contains("  dropped "),
             "{line}"

@@ -415,8 +415,9 @@ fn record_types(data: &Path) -> Vec<u32> {
 /// mode, but for the few the kernel's drops cut.
 /// The rows of `n` 4 KiB writes covering the device's first `n` blocks, once each. A
 /// sample the kernel counted and never wrote makes its I/O `incomplete` (a perf.data
-/// cannot say), and perf has written a sample the tracepoint never fired (see the first
-/// test): a few rows in thousands may be off, no more.
+/// cannot say), one lost to a full ring `dropped` (perf's LOST record says so), and perf
+/// has written a sample the tracepoint never fired (see the first test): a few rows in
+/// thousands may be off, no more.
 fn every_write(rows: &[Row], n: u64, why: &str) {
     const SLACK: u64 = 16;
     let (ok, off): (Vec<_>, Vec<_>) = rows.iter().partition(|r| r["status"] == "ok");
@@ -444,8 +445,13 @@ fn every_write(rows: &[Row], n: u64, why: &str) {
             "{r:?}"
         );
     }
+    // A sample missing without a word is `incomplete`; one perf's LOST record counts
+    // (its ring was full) makes its I/O `dropped`.
     for r in &off {
-        assert_eq!(r["status"], "incomplete", "{what}");
+        assert!(
+            ["incomplete", "dropped"].contains(&r["status"].as_str()),
+            "{what}"
+        );
     }
 }
 
@@ -907,11 +913,12 @@ fn an_unfinished_capture_imports_what_perf_has_written() {
         tmp("import-unfinished-done.csv"),
     );
     let _ = std::fs::remove_file(&data);
-    // Small rings (16 pages a CPU): perf writes to the file as they fill.
+    // Small rings (128 pages a CPU): perf writes to the file as they fill (16 pages lost
+    // samples on a loaded machine).
     let mut perf = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "exec {} -m 16 -q -o {}",
+            "exec {} -m 128 -q -o {}",
             perf_line(&l),
             data.display()
         ))
