@@ -11,6 +11,7 @@
 //! file to hold several rings, the sorter's rounds would still order what is close, and
 //! count the rest `late`.
 
+use super::layout::{DATA_SECTION, FEATURES};
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -20,10 +21,6 @@ use std::rc::Rc;
 const CHUNK: u64 = 64 * 1024;
 /// `PERF_RECORD_FINISHED_ROUND`: type 68, misc 0, size 8, no body.
 const ROUND: [u8; 8] = [68, 0, 0, 0, 0, 0, 8, 0];
-/// Where the file header holds the data section's offset and size.
-const DATA_SECTION: usize = 40;
-/// Where the file header's feature bitmap starts (256 bits).
-const FEATURES: usize = 72;
 
 /// The `data.N` files of directory `dir`, in order of N.
 pub(super) fn thread_files(dir: &Path) -> Vec<PathBuf> {
@@ -58,38 +55,33 @@ pub(super) struct Scan {
 /// Anything else is corruption, said as `Err(offset)` rather than losing the rest of
 /// the file.
 pub(super) fn scan(path: &Path) -> io::Result<Result<Scan, u64>> {
-    let f = File::open(path)?;
+    let mut f = File::open(path)?;
     let len = f.metadata()?.len();
-    let mut r = BufReader::with_capacity(1 << 16, f);
-    let (mut at, mut run, mut runs) = (0u64, 0u64, Vec::new());
-    let mut head = [0u8; 8];
-    while at + 8 <= len {
-        r.read_exact(&mut head)?;
-        let size = u64::from(u16::from_le_bytes([head[6], head[7]]));
-        if size < 8 {
-            return Ok(Err(at));
-        }
-        if at + size > len {
-            break;
-        }
-        r.seek_relative(size as i64 - 8)?;
-        at += size;
+    let (mut run, mut runs) = (0u64, Vec::new());
+    let w = super::layout::walk(&mut f, 0, len, false, |size| {
         run += size;
         if run >= CHUNK {
             runs.push(run);
             run = 0;
         }
-    }
+    })?;
     if run > 0 {
         runs.push(run);
     }
-    if len - at > u64::from(u16::MAX) {
-        return Ok(Err(at));
+    if w.bad || len - w.whole > u64::from(u16::MAX) {
+        return Ok(Err(w.whole));
     }
     Ok(Ok(Scan {
         runs,
-        torn: len - at,
+        torn: len - w.whole,
     }))
+}
+
+impl Scan {
+    /// Bytes of the whole records.
+    pub(super) fn bytes(&self) -> u64 {
+        self.runs.iter().sum()
+    }
 }
 
 /// One `data.N` as a whole perf file: `head` (the header file, its data section pointed

@@ -14,6 +14,7 @@
 //! checked against the file before it reads them.
 
 mod dir;
+mod layout;
 pub mod tracing_data;
 mod unfinished;
 
@@ -455,8 +456,7 @@ impl Capture {
             cap.torn += u64::from(scan.torn > 0);
             if let Some(bytes) = cap.unfinished.as_mut() {
                 // The records said to be read are the ring's too.
-                let len = std::fs::metadata(&t).map_err(open_err)?.len();
-                *bytes += len - scan.torn;
+                *bytes += scan.bytes();
             }
             let file = dir::ThreadFile::new(&header, &t, scan).map_err(open_err)?;
             let reader = PerfFileReader::parse_file(Box::new(file) as Box<dyn ReadSeek>)
@@ -529,7 +529,7 @@ impl Capture {
         let mut data = check_file_layout(&mut *r).map_err(corrupt)?;
         let mut unfinished = None;
         if data.unfinished {
-            let w = unfinished::walk(&mut *r, data.off, data.size, false).map_err(open_err)?;
+            let w = layout::walk(&mut *r, data.off, data.size, false, |_| {}).map_err(open_err)?;
             r = Box::new(unfinished::Unfinished::new(r, data.off, w.whole).map_err(open_err)?);
             data.size = w.whole;
             unfinished = Some(w.whole);
@@ -1166,7 +1166,7 @@ fn unrounded(r: &mut dyn ReadSeek, (off, size): (u64, u64), min: u64) -> io::Res
     if size < min {
         return Ok(None);
     }
-    let w = unfinished::walk(r, off, size, true)?;
+    let w = layout::walk(r, off, size, true, |_| {})?;
     // Rounds, or records that go wrong (the crate says what): not said.
     Ok((!w.round && w.whole == size).then_some(size))
 }
@@ -1200,7 +1200,10 @@ fn check_file_layout(f: &mut dyn ReadSeek) -> Result<Data, String> {
     }
     let inside = |what: &str, off: u64, size: u64| inside(what, off, size, len);
     inside("attributes", le64(&h, 24), le64(&h, 32))?;
-    let (data_off, data_size) = (le64(&h, 40), le64(&h, 48));
+    let (data_off, data_size) = (
+        le64(&h, layout::DATA_SECTION),
+        le64(&h, layout::DATA_SECTION + 8),
+    );
     inside("data", data_off, data_size)?;
     inside("event types", le64(&h, 56), le64(&h, 64))?;
     match check_features(f, &h, len, data_off + data_size) {
@@ -1224,7 +1227,7 @@ fn check_file_layout(f: &mut dyn ReadSeek) -> Result<Data, String> {
 /// bytes), and the event descriptions fit theirs. `h`: the file header.
 fn check_features(f: &mut dyn ReadSeek, h: &[u8], len: u64, table: u64) -> Result<(), String> {
     let inside = |what: &str, off: u64, size: u64| inside(what, off, size, len);
-    let bits: Vec<u64> = (0..4).map(|i| le64(h, 72 + 8 * i)).collect();
+    let bits: Vec<u64> = (0..4).map(|i| le64(h, layout::FEATURES + 8 * i)).collect();
     let features: Vec<u64> = (0..256u64)
         .filter(|b| bits[(b / 64) as usize] & (1 << (b % 64)) != 0)
         .collect();

@@ -7,50 +7,9 @@
 //! formats, the host, the wall-clock offset) is then not known: the event formats come
 //! from `--tracefs`.
 
-use super::{le32, ReadSeek, FILE_HEADER, RECORD_FINISHED_ROUND};
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
-
-/// Where the file header holds the data section's offset and size.
-const DATA_SECTION: usize = 40;
-/// Where the file header's feature bitmap starts (256 bits).
-const FEATURES: usize = 72;
-
-/// What a walk of record headers found.
-pub(super) struct Walk {
-    /// Bytes of whole records from the start (as far as the walk went).
-    pub whole: u64,
-    /// A FINISHED_ROUND was met (the walk stops there when asked to).
-    pub round: bool,
-}
-
-/// Walk the headers of `len` bytes of records from byte `off` of `r`, to the last whole
-/// record or a header that cannot be one (shorter than itself); `stop`: stop at the
-/// first FINISHED_ROUND.
-pub(super) fn walk(r: &mut dyn ReadSeek, off: u64, len: u64, stop: bool) -> io::Result<Walk> {
-    let mut b = BufReader::with_capacity(1 << 16, r);
-    b.seek(SeekFrom::Start(off))?;
-    let mut w = Walk {
-        whole: 0,
-        round: false,
-    };
-    let mut head = [0u8; 8];
-    while w.whole + 8 <= len {
-        b.read_exact(&mut head)?;
-        let size = u64::from(u16::from_le_bytes([head[6], head[7]]));
-        if size < 8 || w.whole + size > len {
-            break;
-        }
-        if le32(&head, 0) == RECORD_FINISHED_ROUND {
-            w.round = true;
-            if stop {
-                break;
-            }
-        }
-        b.seek_relative(size as i64 - 8)?;
-        w.whole += size;
-    }
-    Ok(w)
-}
+use super::layout::{DATA_SECTION, FEATURES};
+use super::{ReadSeek, FILE_HEADER};
+use std::io::{self, Read, Seek, SeekFrom};
 
 /// Set an unfinished file's header (its first [`FILE_HEADER`] bytes) as perf would have
 /// at its end: a data section of `whole` bytes, and no features.
@@ -136,25 +95,6 @@ mod tests {
         r.extend_from_slice(&size.to_le_bytes());
         r.resize(size as usize, kind);
         r
-    }
-
-    #[test]
-    fn a_walk_stops_at_the_last_whole_record_or_the_first_round() {
-        let mut b = vec![0u8; 8];
-        b.extend(record(9, 16));
-        b.extend(record(68, 8));
-        b.extend(record(9, 24));
-        b.extend(&record(9, 32)[..20]);
-        let n = b.len() as u64 - 8;
-        let mut c = io::Cursor::new(b.clone());
-        let w = walk(&mut c, 8, n, false).unwrap();
-        assert_eq!((w.whole, w.round), (48, true));
-        let w = walk(&mut c, 8, n, true).unwrap();
-        assert_eq!((w.whole, w.round), (16, true));
-        // A header shorter than itself ends the walk.
-        b[8 + 24 + 6] = 4;
-        let w = walk(&mut io::Cursor::new(b), 8, n, false).unwrap();
-        assert_eq!(w.whole, 24);
     }
 
     #[test]
