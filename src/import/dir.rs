@@ -215,15 +215,8 @@ impl Seek for ThreadFile {
 
 #[cfg(test)]
 mod tests {
+    use super::super::layout::record;
     use super::*;
-
-    /// A record of `size` bytes: its header (type 9, misc 0, size) and `fill` after it.
-    fn record(size: u16, fill: u8) -> Vec<u8> {
-        let mut r = vec![9, 0, 0, 0, 0, 0];
-        r.extend_from_slice(&size.to_le_bytes());
-        r.resize(size as usize, fill);
-        r
-    }
 
     fn file(name: &str, bytes: &[u8]) -> PathBuf {
         let p = std::env::temp_dir().join(format!("ntprof-dir-{name}-{}", std::process::id()));
@@ -242,10 +235,10 @@ mod tests {
         header[104..112].copy_from_slice(&120u64.to_le_bytes());
         header[112..120].copy_from_slice(&8u64.to_le_bytes());
         header[120..].copy_from_slice(b"FEATURE!");
-        let mut records = record(16, 1);
-        records.extend(record(24, 2));
+        let mut records = record(9, 16);
+        records.extend(record(9, 24));
         let mut torn = records.clone();
-        torn.extend_from_slice(&record(40, 3)[..13]);
+        torn.extend_from_slice(&record(9, 40)[..13]);
         let p = file("thread", &torn);
         let scan = scan(&p).unwrap().unwrap();
         assert_eq!((scan.torn, scan.runs.clone()), (13, vec![40]));
@@ -277,8 +270,8 @@ mod tests {
 
     #[test]
     fn a_record_shorter_than_its_header_is_corruption() {
-        let mut bytes = record(16, 1);
-        bytes.extend(record(8, 0));
+        let mut bytes = record(9, 16);
+        bytes.extend(record(9, 8));
         bytes[22..24].copy_from_slice(&4u16.to_le_bytes());
         let p = file("short", &bytes);
         assert_eq!(scan(&p).unwrap().err(), Some(16));

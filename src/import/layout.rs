@@ -60,17 +60,19 @@ pub(super) fn walk(
     Ok(w)
 }
 
+/// A record of `size` bytes of type `kind`, its body filled with `kind`: for the tests of
+/// every reader of records here.
+#[cfg(test)]
+pub(super) fn record(kind: u8, size: u16) -> Vec<u8> {
+    let mut r = vec![kind, 0, 0, 0, 0, 0];
+    r.extend_from_slice(&size.to_le_bytes());
+    r.resize(size as usize, kind);
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A record of `size` bytes of type `kind`.
-    fn record(kind: u8, size: u16) -> Vec<u8> {
-        let mut r = vec![kind, 0, 0, 0, 0, 0];
-        r.extend_from_slice(&size.to_le_bytes());
-        r.resize(size as usize, kind);
-        r
-    }
 
     #[test]
     fn a_walk_stops_at_the_last_whole_record_or_the_first_round() {

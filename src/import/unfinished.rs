@@ -87,15 +87,8 @@ impl Seek for Unfinished {
 
 #[cfg(test)]
 mod tests {
+    use super::super::layout::record;
     use super::*;
-
-    /// A record of `size` bytes of type `kind`.
-    fn record(kind: u8, size: u16) -> Vec<u8> {
-        let mut r = vec![kind, 0, 0, 0, 0, 0];
-        r.extend_from_slice(&size.to_le_bytes());
-        r.resize(size as usize, kind);
-        r
-    }
 
     #[test]
     fn an_unfinished_file_reads_with_its_records_and_no_features() {
