@@ -683,7 +683,14 @@ fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
             err.contains("block_rq_insert is not in the capture: rows have d2c only"),
             "{err}"
         );
-        assert!(!err.contains("warning: the capture"), "{err}");
+        // No warning but the one for a sample perf wrote twice (perf 6.1 does now and
+        // then; seen in a soak run: `duplicates 1`, the 37 rows right).
+        for w in err.lines().filter(|l| l.contains("warning:")) {
+            assert!(
+                w.contains("warning: the capture holds ") && w.contains(" twice, byte for byte"),
+                "{err}"
+            );
+        }
         let out = run_ok(Command::new(bin()).args(["stat", "--input"]).arg(&data));
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(
