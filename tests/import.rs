@@ -771,11 +771,22 @@ fn broken_captures_are_refused_with_what_to_do() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/block-4-writes.perf.data");
     let bytes = std::fs::read(&fixture).unwrap();
     let bad = tmp("import-bad.data");
-    let cases: [(&[u8], &str); 4] = [
+    let data_off = u64::from_le_bytes(bytes[40..48].try_into().unwrap()) as usize;
+    // perf killed before its first write: data size 0, the file ends after the header.
+    let mut nothing = bytes[..data_off + 4].to_vec();
+    nothing[48..56].fill(0);
+    let cases: [(&[u8], &str); 7] = [
+        // Half of this small capture: its records, and the cut in the features after.
         (
             &bytes[..bytes.len() / 2],
-            "the file is truncated or corrupted",
+            "cut short (a copy that stopped early?): it is 12437 bytes, but its header names sections up to byte",
         ),
+        (
+            &bytes[..data_off + 4],
+            "before its first whole record: there is nothing to import",
+        ),
+        (&nothing, "had written no whole record to it"),
+        (&bytes[..60], "the file is truncated or corrupted"),
         (b"PERFILE2\x10\0\0\0", "the file is truncated or corrupted"),
         (b"col1,col2\n1,2\n", "not a perf.data file"),
         // What perf leaves when the kernel refuses its events or clock (`-k boot`).
@@ -979,20 +990,65 @@ fn an_unfinished_capture_imports_what_perf_has_written() {
         .iter()
         .map(|r| ((r["start_ns"].clone(), r["sector"].clone()), r))
         .collect();
-    let snap_rows = read_csv(&snap);
-    let ok: Vec<&Row> = snap_rows.iter().filter(|r| r["status"] == "ok").collect();
     // 512 KiB of records: about 5,000 samples, three to an I/O.
-    assert!(ok.len() >= 1000, "{} ok rows: {snap_err}", ok.len());
-    for r in ok {
+    let ok = rows_of(&by, &read_csv(&snap), &snap_err);
+    assert!(ok >= 1000, "{ok} ok rows: {snap_err}");
+
+    // The finished capture copied short: cut in its records, then in the features
+    // after them (perf's own header says where each is).
+    let bytes = std::fs::read(&data).unwrap();
+    let at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap()) as usize;
+    let data_end = at(40) + at(48);
+    let cut = tmp("import-unfinished-cut.data");
+    for (len, records) in [(at(40) + at(48) * 3 / 5, false), (data_end + 8, true)] {
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        let out = Command::new(bin())
+            .arg("import")
+            .arg(&cut)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!(
+                "cut short (a copy that stopped early?): it is {len} bytes"
+            )) && err.contains("--tracefs"),
+            "{err}"
+        );
+        let out = run_ok(
+            Command::new(bin())
+                .arg("import")
+                .arg(&cut)
+                .args(["--tracefs", "/sys/kernel/tracing", "-o"])
+                .arg(&snap),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is cut short"), "{err}");
+        let rows = read_csv(&snap);
+        if records {
+            assert!(err.contains("the records are all there"), "{err}");
+            every_write(&rows, n, &err);
+        }
+        let ok = rows_of(&by, &rows, &err);
+        assert!(ok >= 1000, "{ok} ok rows of {n}: {err}");
+    }
+    for p in [&data, &snap, &done, &cut] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// Each `ok` row of `rows` is the row of that I/O in `by` (the rows of a whole
+/// capture, by start and sector), column for column; returns how many there are.
+fn rows_of(by: &HashMap<(String, String), &Row>, rows: &[Row], err: &str) -> usize {
+    let ok: Vec<&Row> = rows.iter().filter(|r| r["status"] == "ok").collect();
+    for r in &ok {
         let key = (r["start_ns"].clone(), r["sector"].clone());
         let whole = by
             .get(&key)
-            .unwrap_or_else(|| panic!("{r:?} is no row of the finished capture"));
+            .unwrap_or_else(|| panic!("{r:?} is no row of the finished capture: {err}"));
         for c in ["op", "bytes", "q2d_ns", "d2c_ns", "q2c_ns", "qd"] {
             assert_eq!(r[c], whole[c], "{c}: {r:?}\nfinished: {whole:?}");
         }
     }
-    for p in [&data, &snap, &done] {
-        let _ = std::fs::remove_file(p);
-    }
+    ok.len()
 }

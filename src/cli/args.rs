@@ -75,8 +75,9 @@ pub enum Cmd {
     /// (`perf record -o -`) are read too, from a file or from standard input (`-`), as
     /// are compressed ones (`perf record -z`) and directories (`perf record --threads`:
     /// give the directory; its data.N files are merged by time). A capture perf record
-    /// has not finished (killed, or still running) is read as far as perf wrote it, with
-    /// --tracefs for the event formats perf writes only when it stops.
+    /// has not finished (killed, out of disk, or still running), or a copy cut short, is
+    /// read to perf's last pass over its rings, with --tracefs for the event formats
+    /// perf writes only when it stops.
     ///
     /// Device names are those of this host's sysfs when the capture was made here (same
     /// host name), else MAJ:MIN. A perf.data cannot say which samples the kernel counted

@@ -7,13 +7,42 @@ use super::live::row_writer;
 use anyhow::Result;
 use clap::parser::ValueSource;
 use ntprof_perf::device::SysBlock;
-use ntprof_perf::import::{Capture, Replayed};
+use ntprof_perf::import::{Capture, Partial, PartialRead, Replayed};
 use ntprof_perf::profile::{self, Plan, Profile};
 use ntprof_perf::sink::parquet::FileInfo;
 use ntprof_perf::sink::recorder::{Recorder, StatusLine};
 use ntprof_perf::sink::stat::StatSink;
 use ntprof_perf::tracefs::Tracefs;
 use std::path::{Path, PathBuf};
+
+/// What a capture that is not whole lacks, and what was read of it.
+fn partial_warning(file: &Path, p: PartialRead) -> String {
+    let read = format!("read its {} bytes of whole records", p.bytes);
+    let read = match p.after_round {
+        0 => read,
+        n => format!(
+            "{read}, to the end of perf's last pass over its rings ({n} bytes after it, of a pass perf had not finished, are left out: some rings' records without the others')"
+        ),
+    };
+    let file = file.display();
+    match p.how {
+        Partial::Unfinished => format!(
+            "perf record did not finish {file} (it was killed, ran out of disk, or is still running): {read}; what perf had not yet written (the rest of its rings, its LOST_SAMPLES counts, the host and the wall-clock offset) is not in it"
+        ),
+        Partial::Cut {
+            len,
+            said,
+            in_records,
+        } => format!(
+            "{file} is cut short: it is {len} bytes, but its header names sections up to byte {said}; {read}; {}",
+            if in_records {
+                "what was after the cut (the rest of the records, the LOST_SAMPLES counts, the host and the wall-clock offset) is not in it"
+            } else {
+                "the records are all there, but not what perf writes after them (the host and the wall-clock offset)"
+            }
+        ),
+    }
+}
 
 /// The capture, its profile and that profile's plan bound to the capture's formats.
 struct Prepared {
@@ -35,11 +64,8 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
         }
     }
     let p = cap.profile(name)?;
-    if let Some(bytes) = cap.unfinished {
-        eprintln!(
-            "ntprof-perf: warning: perf record did not finish {} (it was killed, or is still running): read its {bytes} bytes of whole records; what perf had not yet written (the rest of its rings, its LOST_SAMPLES counts, the host and the wall-clock offset) is not in it",
-            file.display()
-        );
+    if let Some(p) = cap.partial {
+        eprintln!("ntprof-perf: warning: {}", partial_warning(file, p));
     }
     if let Some(bytes) = cap.unrounded {
         eprintln!(

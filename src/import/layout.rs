@@ -15,6 +15,8 @@ pub(super) struct Walk {
     pub whole: u64,
     /// A FINISHED_ROUND was met (the walk stops there when asked to).
     pub round: bool,
+    /// Bytes from the start to the end of the last FINISHED_ROUND met.
+    pub round_end: Option<u64>,
     /// The walk stopped at a header shorter than itself, at `whole`.
     pub bad: bool,
 }
@@ -34,6 +36,7 @@ pub(super) fn walk(
     let mut w = Walk {
         whole: 0,
         round: false,
+        round_end: None,
         bad: false,
     };
     let mut head = [0u8; 8];
@@ -52,6 +55,7 @@ pub(super) fn walk(
             if stop {
                 break;
             }
+            w.round_end = Some(w.whole + size);
         }
         b.seek_relative(size as i64 - 8)?;
         w.whole += size;
@@ -86,6 +90,7 @@ mod tests {
         let mut sizes = Vec::new();
         let w = walk(&mut c, 8, n, false, |s| sizes.push(s)).unwrap();
         assert_eq!((w.whole, w.round, w.bad), (48, true, false));
+        assert_eq!(w.round_end, Some(24));
         assert_eq!(sizes, [16, 8, 24]);
         let w = walk(&mut c, 8, n, true, |_| {}).unwrap();
         assert_eq!((w.whole, w.round), (16, true));

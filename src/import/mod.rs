@@ -17,6 +17,7 @@ mod dir;
 mod layout;
 pub mod tracing_data;
 mod unfinished;
+pub use unfinished::{Partial, PartialRead};
 
 use crate::correlate::Gap;
 use crate::pipeline::{RecordSink, Stages};
@@ -61,8 +62,14 @@ pub enum ImportError {
     Directory { path: PathBuf },
     #[error("{}: one ring's samples of a directory capture (perf record --threads), without the header that says what they are: import the directory, {}", path.display(), path.parent().unwrap_or(Path::new(".")).display())]
     Ring { path: PathBuf },
-    #[error("{}: perf record did not finish this file (it was killed, or is still running): its records are there, but not the event formats perf writes when it stops; give --tracefs DIR with the recording kernel's tracefs (/sys/kernel/tracing if it was recorded here since the last boot)", path.display())]
+    #[error("{}: perf record did not finish this file (it was killed, ran out of disk, or is still running): its records are there, but not the event formats perf writes when it stops; give --tracefs DIR with the recording kernel's tracefs (/sys/kernel/tracing if it was recorded here since the last boot)", path.display())]
     Unfinished { path: PathBuf },
+    #[error("{}: perf record did not finish this file, and had written no whole record to it (it was killed before its first write, or is still starting): there is nothing to import yet", path.display())]
+    NothingWritten { path: PathBuf },
+    #[error("{}: cut short (a copy that stopped early?): it is {len} bytes, but its header names sections up to byte {said}; its records are there up to the cut, but not the event formats perf writes after them; copy it again, or give --tracefs DIR with the recording kernel's tracefs (/sys/kernel/tracing if it was recorded here since the last boot)", path.display())]
+    Cut { path: PathBuf, len: u64, said: u64 },
+    #[error("{}: cut short (a copy that stopped early?) at byte {len}, before its first whole record: there is nothing to import; copy it again", path.display())]
+    CutBeforeRecords { path: PathBuf, len: u64 },
     #[error("{}: the capture has no tracing data (event formats); give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
     NoTracingData { path: PathBuf },
     #[error("{}: its tracing data cannot be read: {source}; give --tracefs DIR with the recording kernel's tracefs (or a copy of it)", path.display())]
@@ -345,8 +352,9 @@ pub struct Capture {
     /// Bytes of records in a file without perf's rounds, sorted whole in memory (see
     /// [`unrounded`]), when that is many.
     pub unrounded: Option<u64>,
-    /// Bytes of whole records in a file perf record never finished (see [`unfinished`]).
-    pub unfinished: Option<u64>,
+    /// A file perf record never finished, or cut short, and what was read of it (see
+    /// [`unfinished`]).
+    pub partial: Option<PartialRead>,
 }
 
 /// `PERF_RECORD_LOST_SAMPLES`: perf writes them at the end with the kernel's lost count
@@ -428,7 +436,7 @@ impl Capture {
         })?;
         let mut cap = Capture::seekable(path, Box::new(io::Cursor::new(header.to_vec())), tracefs)?;
         let mut header = header;
-        if let Some(whole) = cap.unfinished {
+        if let Some(PartialRead { bytes: whole, .. }) = cap.partial {
             // Each ring's file is read with the header file's header: as finished.
             unfinished::finish_header(&mut header, whole);
         }
@@ -454,7 +462,7 @@ impl Capture {
                     what: format!("no whole record at byte {at}"),
                 })?;
             cap.torn += u64::from(scan.torn > 0);
-            if let Some(bytes) = cap.unfinished.as_mut() {
+            if let Some(PartialRead { bytes, .. }) = cap.partial.as_mut() {
                 // The records said to be read are the ring's too.
                 *bytes += scan.bytes();
             }
@@ -527,12 +535,32 @@ impl Capture {
             )));
         }
         let mut data = check_file_layout(&mut *r).map_err(corrupt)?;
-        let mut unfinished = None;
-        if data.unfinished {
+        let mut partial = None;
+        if let Some(how) = data.partial {
             let w = layout::walk(&mut *r, data.off, data.size, false, |_| {}).map_err(open_err)?;
-            r = Box::new(unfinished::Unfinished::new(r, data.off, w.whole).map_err(open_err)?);
-            data.size = w.whole;
-            unfinished = Some(w.whole);
+            // perf writes a FINISHED_ROUND after each pass over its rings. After the
+            // last, a pass it did not finish: some rings' records and not the others',
+            // whose I/Os would look still in flight, and deepen the queue of the rest.
+            let keep = match how {
+                Partial::Cut {
+                    in_records: false, ..
+                } => w.whole,
+                _ => w.round_end.unwrap_or(w.whole),
+            };
+            if keep == 0 {
+                let path = path.to_path_buf();
+                return Err(match how {
+                    Partial::Unfinished => ImportError::NothingWritten { path },
+                    Partial::Cut { len, .. } => ImportError::CutBeforeRecords { path, len },
+                });
+            }
+            r = Box::new(unfinished::Unfinished::new(r, data.off, keep).map_err(open_err)?);
+            data.size = keep;
+            partial = Some(PartialRead {
+                how,
+                bytes: keep,
+                after_round: w.whole - keep,
+            });
         }
         let unrounded =
             unrounded(&mut *r, (data.off, data.size), UNROUNDED_NOTE).map_err(open_err)?;
@@ -544,10 +572,10 @@ impl Capture {
             Records::File(reader.record_iter),
             None,
             tracefs,
-            unfinished.is_some(),
+            partial.map(|p| p.how),
         )?;
         cap.unrounded = unrounded;
-        cap.unfinished = unfinished;
+        cap.partial = partial;
         Ok(cap)
     }
 
@@ -573,7 +601,7 @@ impl Capture {
             Records::Pipe(reader.record_iter),
             data,
             tracefs,
-            false,
+            None,
         )
     }
 
@@ -610,7 +638,7 @@ impl Capture {
         records: Records,
         stream_tracing: Option<Result<Vec<u8>, String>>,
         tracefs: Option<&Tracefs>,
-        unfinished: bool,
+        partial: Option<Partial>,
     ) -> Result<Capture, ImportError> {
         let pipe = matches!(records, Records::Pipe(_));
         let p = || path.to_path_buf();
@@ -627,8 +655,17 @@ impl Capture {
         // file has none.
         let formats = match (tracefs, blob) {
             (Some(t), _) => t.clone(),
-            (None, None) if unfinished => return Err(ImportError::Unfinished { path: p() }),
-            (None, None) => return Err(ImportError::NoTracingData { path: p() }),
+            (None, None) => match partial {
+                Some(Partial::Unfinished) => return Err(ImportError::Unfinished { path: p() }),
+                Some(Partial::Cut { len, said, .. }) => {
+                    return Err(ImportError::Cut {
+                        path: p(),
+                        len,
+                        said,
+                    })
+                }
+                None => return Err(ImportError::NoTracingData { path: p() }),
+            },
             (None, Some(b)) => {
                 let texts = tracing_data::parse(&b)
                     .map_err(|source| ImportError::TracingData { path: p(), source })?;
@@ -721,7 +758,7 @@ impl Capture {
             records,
             torn: 0,
             unrounded: None,
-            unfinished: None,
+            partial: None,
         })
     }
 
@@ -1172,12 +1209,27 @@ fn unrounded(r: &mut dyn ReadSeek, (off, size): (u64, u64), min: u64) -> io::Res
 }
 
 /// Section `what` (`size` bytes from `off`) lies inside a file of `len` bytes.
-fn inside(what: &str, off: u64, size: u64, len: u64) -> Result<(), String> {
+fn inside(what: &str, off: u64, size: u64, len: u64) -> Result<(), Beyond> {
     match off.checked_add(size) {
         Some(end) if end <= len => Ok(()),
-        _ => Err(format!(
-            "its {what} section (bytes {off}..+{size}) is beyond its end ({len} bytes)"
-        )),
+        end => Err(Beyond {
+            end: end.unwrap_or(u64::MAX),
+            what: format!(
+                "its {what} section (bytes {off}..+{size}) is beyond its end ({len} bytes)"
+            ),
+        }),
+    }
+}
+
+/// A section the header names ends at `end`, past the end of the file.
+struct Beyond {
+    end: u64,
+    what: String,
+}
+
+impl From<Beyond> for String {
+    fn from(b: Beyond) -> String {
+        b.what
     }
 }
 
@@ -1185,12 +1237,13 @@ fn inside(what: &str, off: u64, size: u64, len: u64) -> Result<(), String> {
 struct Data {
     off: u64,
     size: u64,
-    /// perf record never finished the file (see [`unfinished`]): `size` is the rest of it.
-    unfinished: bool,
+    /// The file is not whole (see [`unfinished`]): `size` is the rest of it.
+    partial: Option<Partial>,
 }
 
 /// Every section the file header names lies inside the file, and the event
-/// descriptions' counts fit their section: the crate allocates from these sizes.
+/// descriptions' counts fit their section: the crate allocates from these sizes. A file
+/// perf never finished, or cut short, is told apart (see [`unfinished`]).
 fn check_file_layout(f: &mut dyn ReadSeek) -> Result<Data, String> {
     let len = f.seek(SeekFrom::End(0)).map_err(|e| e.to_string())?;
     f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
@@ -1200,49 +1253,85 @@ fn check_file_layout(f: &mut dyn ReadSeek) -> Result<Data, String> {
     }
     let inside = |what: &str, off: u64, size: u64| inside(what, off, size, len);
     inside("attributes", le64(&h, 24), le64(&h, 32))?;
-    let (data_off, data_size) = (
+    inside("event types", le64(&h, 56), le64(&h, 64))?;
+    let (off, size) = (
         le64(&h, layout::DATA_SECTION),
         le64(&h, layout::DATA_SECTION + 8),
     );
-    inside("data", data_off, data_size)?;
-    inside("event types", le64(&h, 56), le64(&h, 64))?;
-    match check_features(f, &h, len, data_off + data_size) {
+    let cut = |said, in_records| {
+        Some(Partial::Cut {
+            len,
+            said,
+            in_records,
+        })
+    };
+    if let Err(b) = inside("data", off, size) {
+        // perf wrote a size, and the file ends inside the records it names.
+        if size > 0 && off <= len {
+            return Ok(Data {
+                off,
+                size: len - off,
+                partial: cut(b.end, true),
+            });
+        }
+        return Err(b.what);
+    }
+    match check_features(f, &h, len, off + size) {
         Ok(()) => Ok(Data {
-            off: data_off,
-            size: data_size,
-            unfinished: false,
+            off,
+            size,
+            partial: None,
         }),
         // perf writes the data section's size, and the features after the records, when
         // it stops: until then the size is 0, and what follows the header is records.
-        Err(_) if data_size == 0 && len > data_off => Ok(Data {
-            off: data_off,
-            size: len - data_off,
-            unfinished: true,
+        Err(_) if size == 0 => Ok(Data {
+            off,
+            size: len - off,
+            partial: Some(Partial::Unfinished),
         }),
-        Err(e) => Err(e),
+        // The records are whole; the file ends inside the features after them.
+        Err(Bad::Beyond(b)) => Ok(Data {
+            off,
+            size,
+            partial: cut(b.end, false),
+        }),
+        Err(Bad::Other(e)) => Err(e),
+    }
+}
+
+/// Why the feature table does not hold.
+enum Bad {
+    Beyond(Beyond),
+    Other(String),
+}
+
+impl From<Beyond> for Bad {
+    fn from(b: Beyond) -> Bad {
+        Bad::Beyond(b)
     }
 }
 
 /// The feature table at `table` and the sections it names lie inside the file (`len`
 /// bytes), and the event descriptions fit theirs. `h`: the file header.
-fn check_features(f: &mut dyn ReadSeek, h: &[u8], len: u64, table: u64) -> Result<(), String> {
+fn check_features(f: &mut dyn ReadSeek, h: &[u8], len: u64, table: u64) -> Result<(), Bad> {
     let inside = |what: &str, off: u64, size: u64| inside(what, off, size, len);
+    let io = |e: io::Error| Bad::Other(e.to_string());
     let bits: Vec<u64> = (0..4).map(|i| le64(h, layout::FEATURES + 8 * i)).collect();
     let features: Vec<u64> = (0..256u64)
         .filter(|b| bits[(b / 64) as usize] & (1 << (b % 64)) != 0)
         .collect();
     inside("feature table", table, 16 * features.len() as u64)?;
-    f.seek(SeekFrom::Start(table)).map_err(|e| e.to_string())?;
+    f.seek(SeekFrom::Start(table)).map_err(io)?;
     let mut t = vec![0u8; 16 * features.len()];
-    f.read_exact(&mut t).map_err(|e| e.to_string())?;
+    f.read_exact(&mut t).map_err(io)?;
     for (i, feat) in features.iter().enumerate() {
         let (off, size) = (le64(&t, 16 * i), le64(&t, 16 * i + 8));
         inside(&format!("feature {feat}"), off, size)?;
         if *feat == FEATURE_EVENT_DESC {
             let mut d = vec![0u8; size as usize];
-            f.seek(SeekFrom::Start(off)).map_err(|e| e.to_string())?;
-            f.read_exact(&mut d).map_err(|e| e.to_string())?;
-            check_event_desc(&d)?;
+            f.seek(SeekFrom::Start(off)).map_err(io)?;
+            f.read_exact(&mut d).map_err(io)?;
+            check_event_desc(&d).map_err(Bad::Other)?;
         }
     }
     Ok(())
@@ -1364,6 +1453,84 @@ mod tests {
         assert!(s.repeated(100, 0, Some(7), b"insert 16"));
         assert!(!s.repeated(101, 0, Some(7), b"insert 8"), "another time");
         assert!(s.repeated(101, 0, Some(7), b"insert 8"));
+    }
+
+    /// A header of perf's size: data `(off, size)`, one feature (bit 0) whose table
+    /// entry says `feature` (offset, size), then `len` bytes in all.
+    fn file(data: (u64, u64), feature: (u64, u64), len: usize) -> io::Cursor<Vec<u8>> {
+        file_with(0, data, feature, len)
+    }
+
+    fn file_with(
+        bit: u64,
+        data: (u64, u64),
+        feature: (u64, u64),
+        len: usize,
+    ) -> io::Cursor<Vec<u8>> {
+        let mut f = vec![0u8; len.max(FILE_HEADER)];
+        f[..8].copy_from_slice(b"PERFILE2");
+        f[layout::DATA_SECTION..][..8].copy_from_slice(&data.0.to_le_bytes());
+        f[layout::DATA_SECTION + 8..][..8].copy_from_slice(&data.1.to_le_bytes());
+        f[layout::FEATURES + bit as usize / 8] = 1 << (bit % 8);
+        let table = (data.0 + data.1) as usize;
+        for (i, v) in [feature.0, feature.1].into_iter().enumerate() {
+            if let Some(b) = f.get_mut(table + 8 * i..table + 8 * i + 8) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        f.truncate(len);
+        io::Cursor::new(f)
+    }
+
+    #[test]
+    fn a_file_that_is_not_whole_is_told_unfinished_or_cut() {
+        let how =
+            |f: &mut io::Cursor<Vec<u8>>| check_file_layout(f).map(|d| (d.off, d.size, d.partial));
+        // Whole: 100 bytes of records, a 16-byte table, a 10-byte feature after it.
+        let whole = || file((104, 100), (220, 10), 230);
+        assert_eq!(how(&mut whole()), Ok((104, 100, None)));
+        // Cut in the features: every record; the table says up to 230.
+        let cut = |len, said, in_records| {
+            Some(Partial::Cut {
+                len,
+                said,
+                in_records,
+            })
+        };
+        let mut f = whole();
+        f.get_mut().truncate(225);
+        assert_eq!(how(&mut f), Ok((104, 100, cut(225, 230, false))));
+        f.get_mut().truncate(210);
+        assert_eq!(how(&mut f), Ok((104, 100, cut(210, 220, false))));
+        // Cut in the records: the rest of the file.
+        f.get_mut().truncate(150);
+        assert_eq!(how(&mut f), Ok((104, 46, cut(150, 204, true))));
+        f.get_mut().truncate(104);
+        assert_eq!(how(&mut f), Ok((104, 0, cut(104, 204, true))));
+        // Unfinished: data size 0, the features unwritten (records where the table
+        // would be): the rest is records.
+        let unfinished = Some(Partial::Unfinished);
+        let unwritten = (1 << 60, 16);
+        assert_eq!(
+            how(&mut file((104, 0), unwritten, 300)),
+            Ok((104, 196, unfinished))
+        );
+        assert_eq!(
+            how(&mut file((104, 0), unwritten, 104)),
+            Ok((104, 0, unfinished))
+        );
+        // Finished with no records: the table right after the header.
+        assert_eq!(how(&mut file((104, 0), (120, 4), 124)), Ok((104, 0, None)));
+        // Records said to start past the end: no record can be there.
+        assert!(how(&mut file((400, 10), (0, 0), 300)).is_err());
+        // A feature whose section holds in the file, but an event description that does
+        // not fit it: corrupt, not cut.
+        let mut f = file_with(FEATURE_EVENT_DESC, (104, 16), (140, 8), 200);
+        f.get_mut()[140..144].copy_from_slice(&1000u32.to_le_bytes());
+        f.get_mut()[144..148].copy_from_slice(&1000u32.to_le_bytes());
+        assert!(how(&mut f).is_err());
+        f.get_mut()[140..148].fill(0);
+        assert_eq!(how(&mut f), Ok((104, 16, None)));
     }
 
     #[test]

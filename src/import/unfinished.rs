@@ -1,15 +1,45 @@
-//! A file capture perf record never finished: killed (`kill -9`, the OOM killer, a
-//! `timeout -s KILL`), or still running. perf writes the header, the attributes and the
-//! records as it goes, but the data section's size (0 until then), the feature sections
-//! and their table only when it stops; perf itself then refuses the file. The records
-//! are all there: [`Unfinished`] gives the crate the file with the data section's size
-//! set to its whole records and no features. What only the features say (the event
-//! formats, the host, the wall-clock offset) is then not known: the event formats come
-//! from `--tracefs`.
+//! A file capture that is not whole, read as far as its records go.
+//!
+//! - **Unfinished**: perf record was killed (`kill -9`, the OOM killer, a `timeout -s
+//!   KILL`), ran out of disk, or is still running. perf writes the header, the
+//!   attributes and the records as it goes, but the data section's size (0 until then),
+//!   the feature sections and their table only when it stops; perf itself then refuses
+//!   the file.
+//! - **Cut**: shorter than its header says, as a copy that stopped early is. The file
+//!   ends inside the records, or inside the features after them.
+//!
+//! The records up to the end are there: [`Unfinished`] gives the crate the file with the
+//! data section's size set to its whole records and no features. What only the features
+//! say (the event formats, the host, the wall-clock offset) is then not known: the event
+//! formats come from `--tracefs`.
 
 use super::layout::{DATA_SECTION, FEATURES};
 use super::{ReadSeek, FILE_HEADER};
 use std::io::{self, Read, Seek, SeekFrom};
+
+/// How a file is not whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Partial {
+    /// perf record never finished it.
+    Unfinished,
+    /// It is `len` bytes; its header names a section that runs to byte `said`. The cut
+    /// is `in_records`, or in the features after them.
+    Cut {
+        len: u64,
+        said: u64,
+        in_records: bool,
+    },
+}
+
+/// What was read of a file that is not whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartialRead {
+    pub how: Partial,
+    /// Bytes of whole records read.
+    pub bytes: u64,
+    /// Bytes of whole records after perf's last FINISHED_ROUND, left out.
+    pub after_round: u64,
+}
 
 /// Set an unfinished file's header (its first [`FILE_HEADER`] bytes) as perf would have
 /// at its end: a data section of `whole` bytes, and no features.
