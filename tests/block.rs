@@ -522,6 +522,24 @@ fn after_sigkill_the_csv_holds_only_whole_lines() {
         assert!(line.ends_with('\n'), "line {i} is cut: {line:?}");
         assert_eq!(line.split(',').count(), fields, "line {i}: {line:?}");
     }
+    // Cut inside its last row, as a full disk or a copy cut short leaves it: `report`
+    // reads the whole rows before, and says so.
+    std::fs::write(&csv, &text[..text.len() - 5]).unwrap();
+    let out = run_ok(Command::new(bin()).arg("report").arg(&csv));
+    let (rep, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let whole = lines.len() - 2;
+    assert!(rep.contains(&format!(" {whole} rows")), "{rep}");
+    assert!(
+        err.contains("ends inside a row")
+            && err.contains(&format!(
+                "read its first {} bytes",
+                text.len() - lines[lines.len() - 1].len()
+            )),
+        "{err}"
+    );
     let _ = std::fs::remove_file(csv);
 }
 

@@ -10,7 +10,7 @@ use super::time::{Wall, WallCache};
 use super::SinkError;
 use crate::record::{IoRecord, Schema, Value};
 use std::fs::File;
-use std::io::Write;
+use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 /// Rows are written out when this much is buffered.
@@ -393,13 +393,44 @@ fn push_field(buf: &mut Vec<u8>, s: &str) {
     }
 }
 
-/// Read a recorded CSV back for `report` and `merge`.
-pub fn open_reader(path: &Path) -> Result<csv::Reader<File>, SinkError> {
-    let f = File::open(path).map_err(|source| SinkError::Open {
+/// Read a recorded CSV back for `report` and `merge`: its rows up to its last newline.
+/// Every row is written with its newline, so a file that does not end with one was cut
+/// inside a row (the recorder killed, the disk full, or still being written): the
+/// second value is then the bytes read, before the cut row.
+pub fn open_reader(path: &Path) -> Result<(csv::Reader<io::Take<File>>, Option<u64>), SinkError> {
+    let open = |source| SinkError::Open {
         path: PathBuf::from(path),
         source,
-    })?;
-    Ok(csv::ReaderBuilder::new().has_headers(true).from_reader(f))
+    };
+    let mut f = File::open(path).map_err(open)?;
+    let whole = last_newline(&mut f).map_err(open)?;
+    f.seek(io::SeekFrom::Start(0)).map_err(open)?;
+    let rd = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .from_reader(f.take(whole.unwrap_or(u64::MAX)));
+    Ok((rd, whole))
+}
+
+/// The length of `f` up to and with its last newline, when it does not end with one
+/// (and is not empty).
+fn last_newline(f: &mut File) -> io::Result<Option<u64>> {
+    let len = f.seek(io::SeekFrom::End(0))?;
+    let mut end = len;
+    let mut buf = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let n = end.min(buf.len() as u64);
+        f.seek(io::SeekFrom::Start(end - n))?;
+        let chunk = &mut buf[..n as usize];
+        f.read_exact(chunk)?;
+        if end == len && chunk.last() == Some(&b'\n') {
+            return Ok(None);
+        }
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            return Ok(Some(end - n + i as u64 + 1));
+        }
+        end -= n;
+    }
+    Ok((len > 0).then_some(0))
 }
 
 impl super::recorder::RowWriter for CsvSink {
@@ -419,6 +450,24 @@ impl super::recorder::RowWriter for CsvSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_cut_inside_a_row_is_read_to_its_last_newline() {
+        let path = std::env::temp_dir().join(format!("ntprof-lastnl-{}", std::process::id()));
+        let at = |content: &[u8]| {
+            std::fs::write(&path, content).unwrap();
+            last_newline(&mut File::open(&path).unwrap()).unwrap()
+        };
+        assert_eq!(at(b""), None);
+        assert_eq!(at(b"a,b\n1,2\n"), None);
+        assert_eq!(at(b"a,b\n1,2\n3,"), Some(8));
+        assert_eq!(at(b"a,b"), Some(0));
+        // A last row longer than one read back from the end.
+        let mut long = b"a\n".to_vec();
+        long.resize(200_000, b'x');
+        assert_eq!(at(&long), Some(2));
+        let _ = std::fs::remove_file(&path);
+    }
 
     /// A file that takes `room` bytes and then fails like a full disk.
     struct Full {

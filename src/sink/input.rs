@@ -5,10 +5,11 @@
 use super::parquet::{is_parquet, ParquetRows};
 use super::SinkError;
 use std::fs::File;
+use std::io;
 use std::path::{Path, PathBuf};
 
 enum Source {
-    Csv(csv::Reader<File>, csv::StringRecord),
+    Csv(csv::Reader<io::Take<File>>, csv::StringRecord),
     Parquet(Box<ParquetRows>),
 }
 
@@ -44,7 +45,13 @@ impl Input {
                 raw: Vec::new(),
             });
         }
-        let mut rd = super::csv::open_reader(path)?;
+        let (mut rd, cut) = super::csv::open_reader(path)?;
+        if let Some(n) = cut {
+            eprintln!(
+                "ntprof-perf: warning: {} ends inside a row (the recorder was killed, the disk filled, or it is still being written); read its first {n} bytes, up to its last whole row",
+                path.display()
+            );
+        }
         let header = rd
             .headers()
             .map_err(|source| SinkError::Csv {
