@@ -164,4 +164,43 @@ fn request_based_disks_are_refused_with_what_to_use() {
         !out.status.success() && err.contains("--qid does not apply to the bio profile"),
         "{err}"
     );
+    // A capture cannot be refused before it was made: imported with the bio profile,
+    // its bios of a request-based disk never complete, and the exit says why.
+    if !perf_ready("request_based_disks_are_refused_with_what_to_use") {
+        return;
+    }
+    let data = tmp("bio-refuse.data");
+    let rdev = std::fs::read_to_string(format!("/sys/block/{}/dev", l.name)).unwrap();
+    let (major, minor) = rdev.trim().split_once(':').unwrap();
+    let kdev = (major.parse::<u64>().unwrap() << 20) | minor.parse::<u64>().unwrap();
+    let filter = format!("dev == {kdev}");
+    run_ok(
+        Command::new("perf")
+            .args(["record", "-q", "-a", "-o"])
+            .arg(&data)
+            .args(["-e", "block:block_bio_queue", "--filter", &filter])
+            .args(["-e", "block:block_bio_complete", "--filter", &filter])
+            .args([
+                "--",
+                "dd",
+                "if=/dev/zero",
+                "bs=4k",
+                "count=20",
+                "oflag=direct",
+            ])
+            .arg(format!("of={}", l.dev)),
+    );
+    let out = run_ok(
+        Command::new(bin())
+            .args(["import", "-p", "bio", "-o", "/dev/null"])
+            .arg(&data),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("incomplete 20 ")
+            && err.contains("none of the 20 I/Os completed in the capture")
+            && err.contains("--profile block"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(data);
 }

@@ -100,11 +100,23 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
     })
 }
 
-/// What the exit line adds to the counters for a capture.
-fn report_end(what: &str, cap_clock: &str, replayed: &Replayed) {
+/// What the exit line adds to the counters for a capture: `rows` I/Os of `profile`.
+fn report_end(what: &str, cap_clock: &str, replayed: &Replayed, profile: &str, rows: u64) {
     let health = &replayed.health;
     eprintln!("ntprof-perf: {what}; {}", health.line());
     eprintln!("ntprof-perf: clock: {cap_clock}");
+    if rows > 0 && health.counters.incomplete == rows {
+        // A capture takes every device perf's filters let through; live, the bio
+        // profile refuses a request-based disk before tracing.
+        eprintln!(
+            "ntprof-perf: warning: none of the {rows} I/Os completed in the capture{}",
+            if profile == "bio" {
+                ": the kernel traces bio completions (block_bio_complete) for bio-based devices only (dm, md, zram); a request-based disk's bios never complete in the trace: import with --profile block"
+            } else {
+                ": the capture ended before any completion, or perf's filters left the completions out"
+            }
+        );
+    }
     if health.lost > 0 {
         eprintln!(
             "ntprof-perf: warning: the capture lost {} samples because perf's rings were full (LOST records); record again with a larger `perf record -m` (pages per CPU) or `-r` (real-time priority)",
@@ -173,7 +185,7 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
             rec.written()
         ),
     };
-    report_end(&rows, &described, &replayed);
+    report_end(&rows, &described, &replayed, p.name(), plan.stages.rows());
     Ok(0)
 }
 
@@ -218,7 +230,13 @@ pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32>
         input.display()
     );
     sink.finish(&header, &replayed.health)?;
-    report_end("stat done", &described, &replayed);
+    report_end(
+        "stat done",
+        &described,
+        &replayed,
+        p.name(),
+        plan.stages.rows(),
+    );
     Ok(0)
 }
 
