@@ -540,6 +540,11 @@ fn after_sigkill_the_csv_holds_only_whole_lines() {
             )),
         "{err}"
     );
+    // Rows are summarised by `report`; `stat --input` reads a perf.data, and says so.
+    fails_with(
+        &["stat", "--input", csv.to_str().unwrap()],
+        "a recording's rows (CSV or Parquet), not a perf.data; `ntprof-perf report",
+    );
     let _ = std::fs::remove_file(csv);
 }
 

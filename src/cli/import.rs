@@ -214,6 +214,18 @@ pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32>
             );
         }
     }
+    // Rows already recorded are summarised by `report`, as stat would have at the end.
+    if input != Path::new("-") && !is_perf_data(input) {
+        let recording = ntprof_perf::sink::input::Input::open(input)
+            .and_then(|mut i| i.recognise().map(|_| ()))
+            .is_ok();
+        if recording {
+            anyhow::bail!(
+                "--input {0}: a recording's rows (CSV or Parquet), not a perf.data; `ntprof-perf report {0}` prints their summary",
+                input.display()
+            );
+        }
+    }
     let name = (flags.value_source("profile") == Some(ValueSource::CommandLine))
         .then_some(a.sel.profile.as_str());
     let Prepared {
