@@ -112,6 +112,8 @@ fn report_end(what: &str, cap_clock: &str, replayed: &Replayed, profile: &str, r
             "ntprof-perf: warning: none of the {rows} I/Os completed in the capture{}",
             if profile == "bio" {
                 ": the kernel traces bio completions (block_bio_complete) for bio-based devices only (dm, md, zram); a request-based disk's bios never complete in the trace: import with --profile block"
+            } else if replayed.narrowed.is_some() {
+                ", which watched less than the whole machine (below)"
             } else {
                 ": the capture ended before any completion, or perf's filters left the completions out"
             }
