@@ -311,6 +311,12 @@ fn bad_input_is_refused_before_tracing_with_what_to_do() {
         &["report", bad.to_str().unwrap()],
         "bad.csv: empty: not even a header line",
     );
+    // A recording zstd-compressed to be moved: not read as text, and not said cut.
+    std::fs::write(&bad, b"\x28\xb5\x2f\xfd\x24\x00binary").unwrap();
+    fails_with(
+        &["report", bad.to_str().unwrap()],
+        "bad.csv: compressed with zstd: decompress it first (`zstd -d ",
+    );
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_file(bad);
 }

@@ -783,7 +783,12 @@ fn broken_captures_are_refused_with_what_to_do() {
     // perf killed before its first write: data size 0, the file ends after the header.
     let mut nothing = bytes[..data_off + 4].to_vec();
     nothing[48..56].fill(0);
-    let cases: [(&[u8], &str); 7] = [
+    let cases: [(&[u8], &str); 8] = [
+        // A capture gzipped to be moved.
+        (
+            b"\x1f\x8b\x08\0\0\0\0\0",
+            "compressed with gzip: decompress it first (`gunzip -k ",
+        ),
         // Half of this small capture: its records, and the cut in the features after.
         (
             &bytes[..bytes.len() / 2],

@@ -45,6 +45,12 @@ pub enum ImportError {
     Open { path: PathBuf, source: io::Error },
     #[error("{}: not a perf.data file (no PERFILE2 magic at its start)", path.display())]
     NotPerfData { path: PathBuf },
+    #[error("{}: compressed with {tool}: decompress it first ({how}), then import the result (`perf record -z` captures are read as they are)", path.display())]
+    Compressed {
+        path: PathBuf,
+        tool: &'static str,
+        how: String,
+    },
     #[error("{}: empty: perf wrote nothing to it (perf record failed before its header, e.g. an event or clock the kernel refused: see perf's own message)", path.display())]
     Empty { path: PathBuf },
     #[error("{}: a big-endian capture (recorded on a big-endian machine); ntprof-perf reads little-endian captures only", path.display())]
@@ -493,6 +499,18 @@ impl Capture {
         if got == 0 {
             return Err(ImportError::Empty {
                 path: path.to_path_buf(),
+            });
+        }
+        if let Some(c) = crate::sink::input::compression(&head[..got]) {
+            let how = if path == Path::new("-") {
+                format!("`{} -dc FILE | ntprof-perf import -`", c.tool)
+            } else {
+                format!("`{} {}`", c.undo, path.display())
+            };
+            return Err(ImportError::Compressed {
+                path: path.to_path_buf(),
+                tool: c.tool,
+                how,
             });
         }
         if got < 8 || &head[..8] != b"PERFILE2" {

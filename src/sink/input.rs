@@ -21,6 +21,42 @@ pub struct Input {
     /// Set by [`Input::recognise`]: rows come in the profile's column order.
     project: Option<Vec<Option<usize>>>,
     raw: Vec<String>,
+    /// A CSV cut inside a row: the bytes read, up to its last newline. Said once it is
+    /// known to be a recording: any file that is not ends without a newline too.
+    cut: Option<u64>,
+}
+
+/// A compressor's name, and the command that undoes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compression {
+    pub tool: &'static str,
+    pub undo: &'static str,
+}
+
+/// The compressor whose magic `path` starts with: captures and recordings are often
+/// compressed to be moved, and read as they are they are only bytes.
+pub fn compression_of(path: &Path) -> Option<Compression> {
+    use std::io::Read;
+    let mut head = [0u8; 6];
+    let n = File::open(path)
+        .and_then(|f| f.take(6).read(&mut head))
+        .ok()?;
+    compression(&head[..n])
+}
+
+/// See [`compression_of`]; `head`: the first bytes of a file (six tell them all).
+pub fn compression(head: &[u8]) -> Option<Compression> {
+    const KNOWN: [(&[u8], &str, &str); 5] = [
+        (&[0x1f, 0x8b], "gzip", "gunzip -k"),
+        (&[0x28, 0xb5, 0x2f, 0xfd], "zstd", "zstd -d"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0], "xz", "xz -dk"),
+        (b"BZh", "bzip2", "bunzip2 -k"),
+        (&[0x04, 0x22, 0x4d, 0x18], "lz4", "lz4 -d"),
+    ];
+    KNOWN
+        .iter()
+        .find(|(magic, ..)| head.starts_with(magic))
+        .map(|&(_, tool, undo)| Compression { tool, undo })
 }
 
 impl Input {
@@ -43,15 +79,17 @@ impl Input {
                 header,
                 project: None,
                 raw: Vec::new(),
+                cut: None,
+            });
+        }
+        if let Some(c) = compression_of(path) {
+            return Err(SinkError::Compressed {
+                path: path.to_path_buf(),
+                tool: c.tool,
+                undo: c.undo,
             });
         }
         let (mut rd, cut) = super::csv::open_reader(path)?;
-        if let Some(n) = cut {
-            eprintln!(
-                "ntprof-perf: warning: {} ends inside a row (the recorder was killed, the disk filled, or it is still being written); read its first {n} bytes, up to its last whole row",
-                path.display()
-            );
-        }
         let header = rd
             .headers()
             .map_err(|source| SinkError::Csv {
@@ -67,6 +105,7 @@ impl Input {
             header,
             project: None,
             raw: Vec::new(),
+            cut,
         })
     }
 
@@ -107,6 +146,13 @@ impl Input {
             }
         })?;
         self.project = Some(r.columns);
+        if let Some(n) = self.cut.take() {
+            // Said here, once for every reader (report, merge, plot).
+            eprintln!(
+                "ntprof-perf: warning: {} ends inside a row (the recorder was killed, the disk filled, or it is still being written); read its first {n} bytes, up to its last whole row",
+                self.path.display()
+            );
+        }
         Ok(r.profile)
     }
 
@@ -159,6 +205,25 @@ impl Input {
         match self.src {
             Source::Csv(..) => "line",
             Source::Parquet(_) => "row",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compressors_are_told_by_their_magic() {
+        let tool = |b: &[u8]| compression(b).map(|c| c.tool);
+        assert_eq!(tool(b"\x1f\x8b\x08\0"), Some("gzip"));
+        assert_eq!(tool(b"\x28\xb5\x2f\xfd\x24"), Some("zstd"));
+        assert_eq!(tool(b"\xfd7zXZ\0"), Some("xz"));
+        assert_eq!(tool(b"\xfd7zXZ"), None, "cut before the magic ends");
+        assert_eq!(tool(b"BZh91AY"), Some("bzip2"));
+        assert_eq!(tool(b"\x04\x22\x4d\x18"), Some("lz4"));
+        for plain in [&b"PERFILE2"[..], b"start_time,", b"PAR1", b""] {
+            assert_eq!(tool(plain), None);
         }
     }
 }

@@ -38,6 +38,12 @@ pub enum SinkError {
         path: std::path::PathBuf,
         source: ::csv::Error,
     },
+    #[error("{}: compressed with {tool}: decompress it first (`{undo} {}`), then read the result", path.display(), path.display())]
+    Compressed {
+        path: std::path::PathBuf,
+        tool: &'static str,
+        undo: &'static str,
+    },
     #[error("{}: empty: not even a header line (a recording writes its header first; a perf.data starts with PERFILE2)", path.display())]
     Empty { path: std::path::PathBuf },
     #[error("{}: {source}", path.display())]
