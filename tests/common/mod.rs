@@ -154,6 +154,18 @@ pub fn fio_ios(path: &Path) -> u64 {
         .sum()
 }
 
+/// The kernel's own count of the requests block device `name` completed so far
+/// (`/sys/block/NAME/stat`: reads, writes, discards and flushes), for the I/Os a test
+/// drove: a reference beside fio's count that no tracer is in.
+pub fn disk_ios(name: &str) -> u64 {
+    let text = read(&Path::new("/sys/block").join(name).join("stat"));
+    let f: Vec<u64> = text
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    [0, 4, 11, 15].iter().filter_map(|&i| f.get(i)).sum()
+}
+
 /// fio's slowest total latency (`lat_ns.max`: from the start of submission to the
 /// completion) over every job and direction, ns. The bound of a row's d2c: the issue
 /// tracepoint fires inside `io_submit`, so d2c can pass `clat_ns`, which fio starts
