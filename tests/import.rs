@@ -582,6 +582,11 @@ fn a_directory_capture_imports_as_its_merge_does() {
                 .unwrap();
             assert!(st.success(), "perf inject: {st:?}");
             let merged_err = import(&merged, &merged_csv);
+            // Read one ring per CPU, not sorted whole in memory.
+            assert!(
+                merged_err.contains("records are read one ring per CPU and merged by time"),
+                "{merged_err}"
+            );
             assert_eq!(
                 std::fs::read(&csv).unwrap(),
                 std::fs::read(&merged_csv).unwrap(),

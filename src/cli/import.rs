@@ -67,9 +67,15 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
     if let Some(p) = cap.partial {
         eprintln!("ntprof-perf: warning: {}", partial_warning(file, p));
     }
+    if let Some(cpus) = cap.split {
+        eprintln!(
+            "ntprof-perf: note: {} has no FINISHED_ROUND records (perf inject writes none when it merges a `perf record --threads` directory): its {cpus} CPUs' records are read one ring per CPU and merged by time, as the directory's are",
+            file.display()
+        );
+    }
     if let Some(bytes) = cap.unrounded {
         eprintln!(
-            "ntprof-perf: note: {} has no FINISHED_ROUND records (perf inject writes none when it merges a `perf record --threads` directory), so its {} MB of records are sorted in memory, about twice that; import the directory itself to read it ring by ring in a few MB",
+            "ntprof-perf: note: {} has no FINISHED_ROUND records (perf inject writes none when it merges a `perf record --threads` directory), and its records cannot be read one ring per CPU (a CPU's samples out of time order, or no CPU in them), so its {} MB of records are sorted in memory, about twice that; import the directory itself to read it ring by ring in a few MB",
             file.display(),
             bytes >> 20
         );

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 /// Bytes of records between two synthetic rounds.
-const CHUNK: u64 = 64 * 1024;
+pub(super) const CHUNK: u64 = 64 * 1024;
 /// `PERF_RECORD_FINISHED_ROUND`: type 68, misc 0, size 8, no body.
 const ROUND: [u8; 8] = [68, 0, 0, 0, 0, 0, 8, 0];
 
@@ -43,10 +43,11 @@ pub(super) fn thread_files(dir: &Path) -> Vec<PathBuf> {
     files.into_iter().map(|f| f.1).collect()
 }
 
-/// What a scan of a `data.N` found: the record runs between synthetic rounds, and the
-/// bytes at its end that are no whole record (perf stopped mid-write).
+/// What a scan of a `data.N` found: the record runs between synthetic rounds (offset
+/// and length in the file), and the bytes at its end that are no whole record (perf
+/// stopped mid-write).
 pub(super) struct Scan {
-    runs: Vec<u64>,
+    pub(super) runs: Vec<(u64, u64)>,
     pub torn: u64,
 }
 
@@ -57,15 +58,17 @@ pub(super) struct Scan {
 pub(super) fn scan(path: &Path) -> io::Result<Result<Scan, u64>> {
     let mut f = File::open(path)?;
     let len = f.metadata()?.len();
-    let (mut run, mut runs) = (0u64, Vec::new());
+    let (mut at, mut runs) = (0u64, Vec::new());
+    let mut run = (0u64, 0u64);
     let w = super::layout::walk(&mut f, 0, len, false, |size| {
-        run += size;
-        if run >= CHUNK {
+        at += size;
+        run.1 += size;
+        if run.1 >= CHUNK {
             runs.push(run);
-            run = 0;
+            run = (at, 0);
         }
     })?;
-    if run > 0 {
+    if run.1 > 0 {
         runs.push(run);
     }
     if w.bad || len - w.whole > u64::from(u16::MAX) {
@@ -80,7 +83,7 @@ pub(super) fn scan(path: &Path) -> io::Result<Result<Scan, u64>> {
 impl Scan {
     /// Bytes of the whole records.
     pub(super) fn bytes(&self) -> u64 {
-        self.runs.iter().sum()
+        self.runs.iter().map(|r| r.1).sum()
     }
 }
 
@@ -94,7 +97,9 @@ pub(super) struct ThreadFile {
     patch: [u8; 16],
     table: Vec<u8>,
     records: BufReader<File>,
-    runs: Vec<u64>,
+    /// Where `records` stands in its file.
+    at_file: u64,
+    runs: Vec<(u64, u64)>,
     /// Length of the records with their rounds.
     size: u64,
     pos: u64,
@@ -115,7 +120,7 @@ impl ThreadFile {
         let table = header
             .get(from..from + 16 * features as usize)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "feature table"))?;
-        let size: u64 = scan.runs.iter().map(|r| r + ROUND.len() as u64).sum();
+        let size: u64 = scan.runs.iter().map(|r| r.1 + ROUND.len() as u64).sum();
         let mut patch = [0u8; 16];
         patch[..8].copy_from_slice(&(header.len() as u64).to_le_bytes());
         patch[8..].copy_from_slice(&size.to_le_bytes());
@@ -124,6 +129,7 @@ impl ThreadFile {
             patch,
             table: table.to_vec(),
             records: BufReader::with_capacity(1 << 16, File::open(path)?),
+            at_file: 0,
             runs: scan.runs,
             size,
             pos: 0,
@@ -140,11 +146,15 @@ impl ThreadFile {
     /// Read from the records part, which the crate reads from its start to its end.
     fn read_records(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.at == self.buf.len() {
-            let Some(&run) = self.runs.get(self.run) else {
+            let Some(&(from, len)) = self.runs.get(self.run) else {
                 return Ok(0);
             };
-            self.buf.resize(run as usize, 0);
+            if from != self.at_file {
+                self.records.seek(SeekFrom::Start(from))?;
+            }
+            self.buf.resize(len as usize, 0);
             self.records.read_exact(&mut self.buf)?;
+            self.at_file = from + len;
             self.buf.extend_from_slice(&ROUND);
             self.at = 0;
             self.run += 1;
@@ -205,7 +215,7 @@ impl Seek for ThreadFile {
         }
         if pos == head && self.pos != head {
             self.records.seek(SeekFrom::Start(0))?;
-            (self.run, self.at) = (0, 0);
+            (self.run, self.at, self.at_file) = (0, 0, 0);
             self.buf.clear();
         }
         self.pos = pos;
@@ -241,7 +251,7 @@ mod tests {
         torn.extend_from_slice(&record(9, 40)[..13]);
         let p = file("thread", &torn);
         let scan = scan(&p).unwrap().unwrap();
-        assert_eq!((scan.torn, scan.runs.clone()), (13, vec![40]));
+        assert_eq!((scan.torn, scan.runs.clone()), (13, vec![(0, 40)]));
         let mut f = ThreadFile::new(&Rc::new(header.clone()), &p, scan).unwrap();
         let mut all = Vec::new();
         f.read_to_end(&mut all).unwrap();

@@ -15,6 +15,7 @@
 
 mod dir;
 mod layout;
+mod split;
 pub mod tracing_data;
 mod unfinished;
 pub use unfinished::{Partial, PartialRead};
@@ -314,6 +315,22 @@ enum Records {
 
 /// A file, or bytes in memory.
 trait ReadSeek: Read + Seek {}
+
+/// One ring's records (the runs of `file` that `scan` found), read as a file whose
+/// header, attributes and features are those of the header file `header`.
+fn ring(
+    header: &Rc<Vec<u8>>,
+    file: &Path,
+    scan: dir::Scan,
+) -> Result<PerfRecordIter<Box<dyn ReadSeek>>, ImportError> {
+    let f = dir::ThreadFile::new(header, file, scan).map_err(|source| ImportError::Open {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let reader = PerfFileReader::parse_file(Box::new(f) as Box<dyn ReadSeek>)
+        .map_err(|e| parse_error(file, e))?;
+    Ok(reader.record_iter)
+}
 impl<T: Read + Seek> ReadSeek for T {}
 
 /// The first 16 bytes (magic and header size), and how many there were.
@@ -355,9 +372,11 @@ pub struct Capture {
     records: Records,
     /// Files of a directory capture that end inside a record (perf stopped mid-write).
     torn: u64,
-    /// Bytes of records in a file without perf's rounds, sorted whole in memory (see
-    /// [`unrounded`]), when that is many.
+    /// Bytes of records in a file without perf's rounds that could not be split by CPU,
+    /// sorted whole in memory (see [`unrounded`]), when that is many.
     pub unrounded: Option<u64>,
+    /// A file without rounds read CPU by CPU (see [`split`]): how many CPUs.
+    pub split: Option<usize>,
     /// A file perf record never finished, or cut short, and what was read of it (see
     /// [`unfinished`]).
     pub partial: Option<PartialRead>,
@@ -420,7 +439,7 @@ impl Capture {
             });
         }
         let f = File::open(path).map_err(open_err)?;
-        Capture::seekable(path, Box::new(BufReader::new(f)), tracefs)
+        Capture::seekable(path, Some(path), Box::new(BufReader::new(f)), tracefs)
     }
 
     /// perf's directory format: a header file `data` and, from `perf record --threads`,
@@ -434,13 +453,18 @@ impl Capture {
                 path: data.clone(),
                 source,
             })?;
-            return Capture::seekable(path, Box::new(BufReader::new(f)), tracefs);
+            return Capture::seekable(path, Some(&data), Box::new(BufReader::new(f)), tracefs);
         }
         let header = std::fs::read(&data).map_err(|source| ImportError::Open {
             path: data.clone(),
             source,
         })?;
-        let mut cap = Capture::seekable(path, Box::new(io::Cursor::new(header.to_vec())), tracefs)?;
+        let mut cap = Capture::seekable(
+            path,
+            None,
+            Box::new(io::Cursor::new(header.to_vec())),
+            tracefs,
+        )?;
         let mut header = header;
         if let Some(PartialRead { bytes: whole, .. }) = cap.partial {
             // Each ring's file is read with the header file's header: as finished.
@@ -472,10 +496,7 @@ impl Capture {
                 // The records said to be read are the ring's too.
                 *bytes += scan.bytes();
             }
-            let file = dir::ThreadFile::new(&header, &t, scan).map_err(open_err)?;
-            let reader = PerfFileReader::parse_file(Box::new(file) as Box<dyn ReadSeek>)
-                .map_err(|e| parse_error(&t, e))?;
-            iters.push(reader.record_iter);
+            iters.push(ring(&header, &t, scan)?);
         }
         cap.records = Records::Dir(iters);
         Ok(cap)
@@ -487,7 +508,7 @@ impl Capture {
         bytes: Vec<u8>,
         tracefs: Option<&Tracefs>,
     ) -> Result<Capture, ImportError> {
-        Capture::seekable(name, Box::new(io::Cursor::new(bytes)), tracefs)
+        Capture::seekable(name, None, Box::new(io::Cursor::new(bytes)), tracefs)
     }
 
     fn check_magic(path: &Path, head: &[u8; 16], got: usize) -> Result<(), ImportError> {
@@ -528,8 +549,11 @@ impl Capture {
     }
 
     /// A file capture read from `r`.
+    /// A file capture read from `r`; `file`: the file it is, when it can be opened
+    /// again (to read a capture without rounds ring by ring, see [`split`]).
     fn seekable(
         path: &Path,
+        file: Option<&Path>,
         mut r: Box<dyn ReadSeek>,
         tracefs: Option<&Tracefs>,
     ) -> Result<Capture, ImportError> {
@@ -580,8 +604,12 @@ impl Capture {
                 after_round: w.whole - keep,
             });
         }
-        let unrounded =
-            unrounded(&mut *r, (data.off, data.size), UNROUNDED_NOTE).map_err(open_err)?;
+        let unrounded = unrounded(&mut *r, (data.off, data.size), 1).map_err(open_err)?;
+        if let (Some(_), Some(file), None) = (unrounded, file, partial) {
+            if let Some(cap) = Capture::rings_of(path, file, &mut *r, &data, tracefs)? {
+                return Ok(cap);
+            }
+        }
         r.seek(SeekFrom::Start(0)).map_err(open_err)?;
         let reader = PerfFileReader::parse_file(r).map_err(|e| parse_error(path, e))?;
         let mut cap = Capture::from_reader(
@@ -592,9 +620,51 @@ impl Capture {
             tracefs,
             partial.map(|p| p.how),
         )?;
-        cap.unrounded = unrounded;
+        cap.unrounded = unrounded.filter(|&size| size >= UNROUNDED_NOTE);
         cap.partial = partial;
         Ok(cap)
+    }
+
+    /// A file capture without rounds read as the directory capture it was merged from,
+    /// one ring per CPU (see [`split`]); `None` when it cannot be split.
+    fn rings_of(
+        path: &Path,
+        file: &Path,
+        r: &mut dyn ReadSeek,
+        data: &Data,
+        tracefs: Option<&Tracefs>,
+    ) -> Result<Option<Capture>, ImportError> {
+        let open_err = |source| ImportError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let Some(rings) = split::split(r, data.off, data.size).map_err(open_err)? else {
+            return Ok(None);
+        };
+        let len = r.seek(SeekFrom::End(0)).map_err(open_err)?;
+        let Some(header) = split::header_file(r, data.off, data.size, len).map_err(open_err)?
+        else {
+            return Ok(None);
+        };
+        let header = Rc::new(header);
+        let mut cap = Capture::seekable(
+            path,
+            None,
+            Box::new(io::Cursor::new(header.to_vec())),
+            tracefs,
+        )?;
+        let Records::File(main) = std::mem::replace(&mut cap.records, Records::Dir(Vec::new()))
+        else {
+            return Ok(None);
+        };
+        let mut iters = vec![main];
+        // The first list is of the records that name no CPU.
+        cap.split = Some(rings.len() - 1);
+        for runs in rings {
+            iters.push(ring(&header, file, dir::Scan { runs, torn: 0 })?);
+        }
+        cap.records = Records::Dir(iters);
+        Ok(Some(cap))
     }
 
     /// A pipe-mode capture whose 16-byte header `head` has been read from `input`.
@@ -776,6 +846,7 @@ impl Capture {
             records,
             torn: 0,
             unrounded: None,
+            split: None,
             partial: None,
         })
     }
@@ -1215,8 +1286,8 @@ const UNROUNDED_NOTE: u64 = 64 << 20;
 /// records only at a round, so it holds such a file whole, about twice its size.
 /// `perf inject`'s merge of a `--threads` directory is one: each ring's records in
 /// 2 MiB pieces, one ring after the other, so only a sort of the whole puts them in
-/// order. perf record writes a round after every pass over its rings: the walk stops
-/// at the first.
+/// order, or a split back into its rings ([`split`]), which is tried first. perf
+/// record writes a round after every pass over its rings: the walk stops at the first.
 fn unrounded(r: &mut dyn ReadSeek, (off, size): (u64, u64), min: u64) -> io::Result<Option<u64>> {
     if size < min {
         return Ok(None);
