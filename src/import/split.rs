@@ -19,6 +19,10 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 const RECORD_SAMPLE: u32 = 9;
 /// Record types from here on are perf's own (`PERF_RECORD_USER_TYPE_START`): no CPU.
 const USER_TYPES: u32 = 64;
+/// perf's records that hold other records (`COMPRESSED`) or are followed by bytes their
+/// size does not count (`AUXTRACE`): a file with them is not split.
+const COMPRESSED: u32 = 81;
+const AUXTRACE: u32 = 71;
 
 /// `perf_event_attr.sample_type` bits that place the CPU and the time.
 const IP: u64 = 1 << 0;
@@ -100,8 +104,8 @@ fn format(attrs: &[u8], attr_size: usize) -> Option<Format> {
 /// The runs of bytes (offset, length: about [`CHUNK`] each) of each CPU's records in the
 /// `size` bytes of records at `off` of `r`, and first those of the records that name no
 /// CPU. `None` when the file cannot be read so: its samples carry no CPU, the events
-/// differ in format, a CPU's samples go back in time, or the CPUs' records interleave
-/// so finely that the runs would be many.
+/// differ in format, a CPU's samples go back in time, the CPUs' records interleave so
+/// finely that the runs would be many, or records are compressed.
 pub(super) fn split(r: &mut dyn ReadSeek, off: u64, size: u64) -> io::Result<Option<Vec<Runs>>> {
     let mut head = [0u8; FILE_HEADER];
     r.seek(SeekFrom::Start(0))?;
@@ -131,6 +135,9 @@ pub(super) fn split(r: &mut dyn ReadSeek, off: u64, size: u64) -> io::Result<Opt
         b.read_exact(&mut rec)?;
         let len = u64::from(u16::from_le_bytes([rec[6], rec[7]]));
         if len < 8 || at + len > size {
+            return Ok(None);
+        }
+        if matches!(le32(&rec, 0), COMPRESSED | AUXTRACE) {
             return Ok(None);
         }
         rec.resize(len as usize, 0);
@@ -274,6 +281,11 @@ mod tests {
         assert_eq!(le64(&h, DATA_SECTION + 8), 0);
         assert_eq!(le64(&h, off as usize), off + 16);
         assert_eq!(&h[h.len() - 4..], b"ABCD");
+        // Compressed records: not split.
+        let mut z = records.to_vec();
+        z[0][..4].copy_from_slice(&COMPRESSED.to_le_bytes());
+        let (f, off, size) = capture(&z);
+        assert_eq!(split(&mut io::Cursor::new(f), off, size).unwrap(), None);
         // A CPU's samples back in time: not the rings of a merge.
         let mut back = records.to_vec();
         back[4] = sample(1, 0);
