@@ -459,26 +459,13 @@ impl Capture {
             path: data.clone(),
             source,
         })?;
-        let mut cap = Capture::seekable(
-            path,
-            None,
-            Box::new(io::Cursor::new(header.to_vec())),
-            tracefs,
-        )?;
+        let (mut cap, main) = Capture::header_file(path, &header, tracefs)?;
         let mut header = header;
         if let Some(PartialRead { bytes: whole, .. }) = cap.partial {
             // Each ring's file is read with the header file's header: as finished.
             unfinished::finish_header(&mut header, whole);
         }
         let header = Rc::new(header);
-        // `seekable` read the header file as a file capture: it is one, checked.
-        let Records::File(main) = std::mem::replace(&mut cap.records, Records::Dir(Vec::new()))
-        else {
-            return Err(ImportError::Corrupt {
-                path: data,
-                what: "the header file of a directory capture is a stream".to_string(),
-            });
-        };
         let mut iters = vec![main];
         for t in threads {
             let open_err = |source| ImportError::Open {
@@ -625,6 +612,28 @@ impl Capture {
         Ok(cap)
     }
 
+    /// The header file of a directory capture (`header`: its bytes), and its own
+    /// records; the capture's records are then set to those of its rings.
+    fn header_file(
+        path: &Path,
+        header: &[u8],
+        tracefs: Option<&Tracefs>,
+    ) -> Result<(Capture, PerfRecordIter<Box<dyn ReadSeek>>), ImportError> {
+        let mut cap = Capture::seekable(
+            path,
+            None,
+            Box::new(io::Cursor::new(header.to_vec())),
+            tracefs,
+        )?;
+        match std::mem::replace(&mut cap.records, Records::Dir(Vec::new())) {
+            Records::File(main) => Ok((cap, main)),
+            _ => Err(ImportError::Corrupt {
+                path: path.to_path_buf(),
+                what: "the header file of a directory capture is a stream".to_string(),
+            }),
+        }
+    }
+
     /// A file capture without rounds read as the directory capture it was merged from,
     /// one ring per CPU (see [`split`]); `None` when it cannot be split.
     fn rings_of(
@@ -646,17 +655,8 @@ impl Capture {
         else {
             return Ok(None);
         };
+        let (mut cap, main) = Capture::header_file(path, &header, tracefs)?;
         let header = Rc::new(header);
-        let mut cap = Capture::seekable(
-            path,
-            None,
-            Box::new(io::Cursor::new(header.to_vec())),
-            tracefs,
-        )?;
-        let Records::File(main) = std::mem::replace(&mut cap.records, Records::Dir(Vec::new()))
-        else {
-            return Ok(None);
-        };
         let mut iters = vec![main];
         // The first list is of the records that name no CPU.
         cap.split = Some(rings.len() - 1);
