@@ -459,7 +459,7 @@ impl Capture {
             path: data.clone(),
             source,
         })?;
-        let (mut cap, main) = Capture::header_file(path, &header, tracefs)?;
+        let (mut cap, main) = Capture::read_header_file(path, &header, tracefs)?;
         let mut header = header;
         if let Some(PartialRead { bytes: whole, .. }) = cap.partial {
             // Each ring's file is read with the header file's header: as finished.
@@ -591,12 +591,22 @@ impl Capture {
                 after_round: w.whole - keep,
             });
         }
-        let unrounded = unrounded(&mut *r, (data.off, data.size), 1).map_err(open_err)?;
-        if let (Some(_), Some(file), None) = (unrounded, file, partial) {
-            if let Some(cap) = Capture::rings_of(path, file, &mut *r, &data, tracefs)? {
-                return Ok(cap);
+        // A split stops at the first round, and tells of one: a file walked to its end
+        // for the split is not walked again to learn it has none.
+        let mut split = split::Split::No;
+        if let (Some(file), None, 1..) = (file, partial, data.size) {
+            split = split::split(&mut *r, data.off, data.size).map_err(open_err)?;
+            if let split::Split::Rings(rings) = split {
+                if let Some(cap) = Capture::rings_of(path, file, &mut *r, &data, rings, tracefs)? {
+                    return Ok(cap);
+                }
+                split = split::Split::No;
             }
         }
+        let unrounded = match split {
+            split::Split::Rounded => None,
+            _ => unrounded(&mut *r, (data.off, data.size), 1).map_err(open_err)?,
+        };
         r.seek(SeekFrom::Start(0)).map_err(open_err)?;
         let reader = PerfFileReader::parse_file(r).map_err(|e| parse_error(path, e))?;
         let mut cap = Capture::from_reader(
@@ -614,7 +624,7 @@ impl Capture {
 
     /// The header file of a directory capture (`header`: its bytes), and its own
     /// records; the capture's records are then set to those of its rings.
-    fn header_file(
+    fn read_header_file(
         path: &Path,
         header: &[u8],
         tracefs: Option<&Tracefs>,
@@ -635,27 +645,26 @@ impl Capture {
     }
 
     /// A file capture without rounds read as the directory capture it was merged from,
-    /// one ring per CPU (see [`split`]); `None` when it cannot be split.
+    /// one ring per CPU (`rings`: their runs, see [`split`]); `None` when its header
+    /// file cannot be made.
     fn rings_of(
         path: &Path,
         file: &Path,
         r: &mut dyn ReadSeek,
         data: &Data,
+        rings: Vec<split::Runs>,
         tracefs: Option<&Tracefs>,
     ) -> Result<Option<Capture>, ImportError> {
         let open_err = |source| ImportError::Open {
             path: path.to_path_buf(),
             source,
         };
-        let Some(rings) = split::split(r, data.off, data.size).map_err(open_err)? else {
-            return Ok(None);
-        };
         let len = r.seek(SeekFrom::End(0)).map_err(open_err)?;
         let Some(header) = split::header_file(r, data.off, data.size, len).map_err(open_err)?
         else {
             return Ok(None);
         };
-        let (mut cap, main) = Capture::header_file(path, &header, tracefs)?;
+        let (mut cap, main) = Capture::read_header_file(path, &header, tracefs)?;
         let header = Rc::new(header);
         let mut iters = vec![main];
         // The first list is of the records that name no CPU.

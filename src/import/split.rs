@@ -12,7 +12,7 @@
 
 use super::dir::CHUNK;
 use super::layout::{DATA_SECTION, FEATURES};
-use super::{le32, le64, ReadSeek, FILE_HEADER};
+use super::{le32, le64, ReadSeek, FILE_HEADER, RECORD_FINISHED_ROUND};
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 
@@ -39,6 +39,17 @@ const SAMPLE_ID_ALL: u64 = 1 << 18;
 
 /// Runs of bytes of a file: offset and length.
 pub(super) type Runs = Vec<(u64, u64)>;
+
+/// What the walk of [`split`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Split {
+    /// Each CPU's runs, and first those of the records that name no CPU.
+    Rings(Vec<Runs>),
+    /// A FINISHED_ROUND: perf record's own file, which the crate reads round by round.
+    Rounded,
+    /// No round, but the file cannot be read ring by ring (see [`split`]).
+    No,
+}
 
 /// Where a record's CPU and time are, by the events' one sample format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,22 +114,24 @@ fn format(attrs: &[u8], attr_size: usize) -> Option<Format> {
 
 /// The runs of bytes (offset, length: about [`CHUNK`] each) of each CPU's records in the
 /// `size` bytes of records at `off` of `r`, and first those of the records that name no
-/// CPU. `None` when the file cannot be read so: its samples carry no CPU, the events
-/// differ in format, a CPU's samples go back in time, the CPUs' records interleave so
-/// finely that the runs would be many, or records are compressed.
-pub(super) fn split(r: &mut dyn ReadSeek, off: u64, size: u64) -> io::Result<Option<Vec<Runs>>> {
+/// CPU. The walk stops at the first FINISHED_ROUND, so a file perf record wrote costs
+/// only its first round. [`Split::No`] when the file cannot be read so: its samples
+/// carry no CPU, the events differ in format, a CPU's samples go back in time, the
+/// CPUs' records interleave so finely that the runs would be many, or records are
+/// compressed.
+pub(super) fn split(r: &mut dyn ReadSeek, off: u64, size: u64) -> io::Result<Split> {
     let mut head = [0u8; FILE_HEADER];
     r.seek(SeekFrom::Start(0))?;
     r.read_exact(&mut head)?;
     let (attrs_off, attrs_size) = (le64(&head, 24), le64(&head, 32));
     let Ok(attr_size) = usize::try_from(le64(&head, 16)) else {
-        return Ok(None);
+        return Ok(Split::No);
     };
     let mut attrs = vec![0u8; attrs_size.min(1 << 20) as usize];
     r.seek(SeekFrom::Start(attrs_off))?;
     r.read_exact(&mut attrs)?;
     let Some(fmt) = format(&attrs, attr_size) else {
-        return Ok(None);
+        return Ok(Split::No);
     };
     let mut b = BufReader::with_capacity(1 << 20, r);
     b.seek(SeekFrom::Start(off))?;
@@ -135,10 +148,12 @@ pub(super) fn split(r: &mut dyn ReadSeek, off: u64, size: u64) -> io::Result<Opt
         b.read_exact(&mut rec)?;
         let len = u64::from(u16::from_le_bytes([rec[6], rec[7]]));
         if len < 8 || at + len > size {
-            return Ok(None);
+            return Ok(Split::No);
         }
-        if matches!(le32(&rec, 0), COMPRESSED | AUXTRACE) {
-            return Ok(None);
+        match le32(&rec, 0) {
+            RECORD_FINISHED_ROUND => return Ok(Split::Rounded),
+            COMPRESSED | AUXTRACE => return Ok(Split::No),
+            _ => {}
         }
         rec.resize(len as usize, 0);
         b.read_exact(&mut rec[8..])?;
@@ -153,7 +168,7 @@ pub(super) fn split(r: &mut dyn ReadSeek, off: u64, size: u64) -> io::Result<Opt
         };
         if let Some(t) = time {
             if t < last_time[s] {
-                return Ok(None);
+                return Ok(Split::No);
             }
             last_time[s] = t;
         }
@@ -164,13 +179,13 @@ pub(super) fn split(r: &mut dyn ReadSeek, off: u64, size: u64) -> io::Result<Opt
                 streams[s].push((from, len));
                 runs += 1;
                 if runs > most_runs {
-                    return Ok(None);
+                    return Ok(Split::No);
                 }
             }
         }
         at += len;
     }
-    Ok(Some(streams))
+    Ok(Split::Rings(streams))
 }
 
 /// The file's header, attributes and features with no records: the header file of a
@@ -264,7 +279,9 @@ mod tests {
         ];
         let (f, off, size) = capture(&records);
         let mut c = io::Cursor::new(f.clone());
-        let got = split(&mut c, off, size).unwrap().unwrap();
+        let Split::Rings(got) = split(&mut c, off, size).unwrap() else {
+            panic!("not split")
+        };
         assert_eq!(
             got,
             [
@@ -285,12 +302,30 @@ mod tests {
         let mut z = records.to_vec();
         z[0][..4].copy_from_slice(&COMPRESSED.to_le_bytes());
         let (f, off, size) = capture(&z);
-        assert_eq!(split(&mut io::Cursor::new(f), off, size).unwrap(), None);
+        assert_eq!(
+            split(&mut io::Cursor::new(f), off, size).unwrap(),
+            Split::No
+        );
+        // A round: perf record's own file, walked no further.
+        let mut round = vec![0u8; 8];
+        round[..4].copy_from_slice(&RECORD_FINISHED_ROUND.to_le_bytes());
+        round[6..8].copy_from_slice(&8u16.to_le_bytes());
+        let mut rounded = records.to_vec();
+        rounded.insert(2, round);
+        rounded[4] = sample(1, 0);
+        let (f, off, size) = capture(&rounded);
+        assert_eq!(
+            split(&mut io::Cursor::new(f), off, size).unwrap(),
+            Split::Rounded
+        );
         // A CPU's samples back in time: not the rings of a merge.
         let mut back = records.to_vec();
         back[4] = sample(1, 0);
         let (f, off, size) = capture(&back);
-        assert_eq!(split(&mut io::Cursor::new(f), off, size).unwrap(), None);
+        assert_eq!(
+            split(&mut io::Cursor::new(f), off, size).unwrap(),
+            Split::No
+        );
     }
 
     #[test]
