@@ -306,13 +306,14 @@ mod tests {
             split(&mut io::Cursor::new(f), off, size).unwrap(),
             Split::No
         );
-        // A round: perf record's own file, walked no further.
+        // A round: perf record's own file, walked no further. After it, CPU 0 goes
+        // back in time, which would refuse the split were the walk to go on.
         let mut round = vec![0u8; 8];
         round[..4].copy_from_slice(&RECORD_FINISHED_ROUND.to_le_bytes());
         round[6..8].copy_from_slice(&8u16.to_le_bytes());
         let mut rounded = records.to_vec();
         rounded.insert(2, round);
-        rounded[4] = sample(1, 0);
+        rounded[3] = sample(0, 0);
         let (f, off, size) = capture(&rounded);
         assert_eq!(
             split(&mut io::Cursor::new(f), off, size).unwrap(),
