@@ -7,8 +7,11 @@
 //! file is walked once, each CPU's records are listed as runs of bytes, and each CPU is
 //! read as a ring of a directory capture is ([`super::dir::ThreadFile`]), merged by
 //! time with the others. This holds only when each CPU's samples are in time order in
-//! the file, as a ring's are; the walk checks it, and a file where it does not hold is
-//! sorted whole as before.
+//! the file, as a ring's are, but for what the crate's rounds reorder (a round after
+//! each run: a sample may go back to the latest time of the run before the last). perf
+//! sometimes writes a few samples of a ring twice, one after the other: those go back
+//! that little and are read as the directory's are. The walk checks it, and a file
+//! where it does not hold is sorted whole as before.
 
 use super::dir::CHUNK;
 use super::layout::{DATA_SECTION, FEATURES};
@@ -39,6 +42,18 @@ const SAMPLE_ID_ALL: u64 = 1 << 18;
 
 /// Runs of bytes of a file: offset and length.
 pub(super) type Runs = Vec<(u64, u64)>;
+
+/// A CPU's latest sample times, for the crate's rule of rounds: a record read after
+/// round N may be no earlier than the latest before round N − 1. Each run is followed
+/// by a round ([`super::dir::ThreadFile`]).
+#[derive(Default)]
+struct Times {
+    /// The latest so far, at the end of the run before this one, and at the end of the
+    /// run before that (the earliest time this run may hold).
+    max: u64,
+    ended: u64,
+    floor: u64,
+}
 
 /// What the walk of [`split`] found.
 #[derive(Debug, PartialEq, Eq)]
@@ -116,9 +131,9 @@ fn format(attrs: &[u8], attr_size: usize) -> Option<Format> {
 /// `size` bytes of records at `off` of `r`, and first those of the records that name no
 /// CPU. The walk stops at the first FINISHED_ROUND, so a file perf record wrote costs
 /// only its first round. [`Split::No`] when the file cannot be read so: its samples
-/// carry no CPU, the events differ in format, a CPU's samples go back in time, the
-/// CPUs' records interleave so finely that the runs would be many, or records are
-/// compressed.
+/// carry no CPU, the events differ in format, a CPU's samples go back in time further
+/// than the rounds reorder, the CPUs' records interleave so finely that the runs would
+/// be many, or records are compressed.
 pub(super) fn split(r: &mut dyn ReadSeek, off: u64, size: u64) -> io::Result<Split> {
     let mut head = [0u8; FILE_HEADER];
     r.seek(SeekFrom::Start(0))?;
@@ -136,7 +151,7 @@ pub(super) fn split(r: &mut dyn ReadSeek, off: u64, size: u64) -> io::Result<Spl
     let mut b = BufReader::with_capacity(1 << 20, r);
     b.seek(SeekFrom::Start(off))?;
     let mut streams: Vec<Runs> = vec![Vec::new()];
-    let mut last_time: Vec<u64> = vec![0];
+    let mut times: Vec<Times> = vec![Times::default()];
     let mut by_cpu: HashMap<u32, usize> = HashMap::new();
     let (mut at, mut runs) = (0u64, 0u64);
     // Runs average at least 4 KiB (perf inject's pieces are 2 MiB), or this is no merge
@@ -162,26 +177,28 @@ pub(super) fn split(r: &mut dyn ReadSeek, off: u64, size: u64) -> io::Result<Spl
             None => 0,
             Some(c) => *by_cpu.entry(c).or_insert_with(|| {
                 streams.push(Vec::new());
-                last_time.push(0);
+                times.push(Times::default());
                 streams.len() - 1
             }),
         };
-        if let Some(t) = time {
-            if t < last_time[s] {
-                return Ok(Split::No);
-            }
-            last_time[s] = t;
-        }
         let from = off + at;
+        let tm = &mut times[s];
         match streams[s].last_mut() {
             Some(run) if run.0 + run.1 == from && run.1 < CHUNK => run.1 += len,
             _ => {
                 streams[s].push((from, len));
+                (tm.floor, tm.ended) = (tm.ended, tm.max);
                 runs += 1;
                 if runs > most_runs {
                     return Ok(Split::No);
                 }
             }
+        }
+        if let Some(t) = time {
+            if t < tm.floor {
+                return Ok(Split::No);
+            }
+            tm.max = tm.max.max(t);
         }
         at += len;
     }
@@ -306,27 +323,41 @@ mod tests {
             split(&mut io::Cursor::new(f), off, size).unwrap(),
             Split::No
         );
-        // A round: perf record's own file, walked no further. After it, CPU 0 goes
-        // back in time, which would refuse the split were the walk to go on.
+        // A round: perf record's own file, walked no further. After it, a compressed
+        // record, which would refuse the split were the walk to go on.
         let mut round = vec![0u8; 8];
         round[..4].copy_from_slice(&RECORD_FINISHED_ROUND.to_le_bytes());
         round[6..8].copy_from_slice(&8u16.to_le_bytes());
         let mut rounded = records.to_vec();
         rounded.insert(2, round);
-        rounded[3] = sample(0, 0);
+        rounded[3][..4].copy_from_slice(&COMPRESSED.to_le_bytes());
         let (f, off, size) = capture(&rounded);
         assert_eq!(
             split(&mut io::Cursor::new(f), off, size).unwrap(),
             Split::Rounded
         );
-        // A CPU's samples back in time: not the rings of a merge.
-        let mut back = records.to_vec();
-        back[4] = sample(1, 0);
-        let (f, off, size) = capture(&back);
-        assert_eq!(
-            split(&mut io::Cursor::new(f), off, size).unwrap(),
-            Split::No
-        );
+        // A CPU's samples a little back in time (perf wrote two of them twice): the
+        // rounds after its runs reorder them, as a directory's ring is read.
+        let twice = [sample(0, 1), sample(0, 2), sample(0, 1), sample(0, 2)];
+        let (f, off, size) = capture(&twice);
+        let Split::Rings(got) = split(&mut io::Cursor::new(f), off, size).unwrap() else {
+            panic!("not split")
+        };
+        assert_eq!(got[1], [(off, 160)]);
+        // Further back than that: CPU 1's third run goes back to before the end of its
+        // first, which was released at the round after its second.
+        let back = |t| {
+            let (f, off, size) = capture(&[
+                sample(1, 5),
+                sample(0, 1),
+                sample(1, 6),
+                sample(0, 2),
+                sample(1, t),
+            ]);
+            split(&mut io::Cursor::new(f), off, size).unwrap()
+        };
+        assert!(matches!(back(5), Split::Rings(_)));
+        assert_eq!(back(4), Split::No);
     }
 
     #[test]
