@@ -593,19 +593,24 @@ impl Capture {
         }
         // A split stops at the first round, and tells of one: a file walked to its end
         // for the split is not walked again to learn it has none.
-        let mut split = split::Split::No;
+        let mut rounded = false;
         if let (Some(file), None, 1..) = (file, partial, data.size) {
-            split = split::split(&mut *r, data.off, data.size).map_err(open_err)?;
-            if let split::Split::Rings(rings) = split {
-                if let Some(cap) = Capture::rings_of(path, file, &mut *r, &data, rings, tracefs)? {
-                    return Ok(cap);
+            match split::split(&mut *r, data.off, data.size).map_err(open_err)? {
+                split::Split::Rings(rings) => {
+                    if let Some(cap) =
+                        Capture::rings_of(path, file, &mut *r, &data, rings, tracefs)?
+                    {
+                        return Ok(cap);
+                    }
                 }
-                split = split::Split::No;
+                split::Split::Rounded => rounded = true,
+                split::Split::No => {}
             }
         }
-        let unrounded = match split {
-            split::Split::Rounded => None,
-            _ => unrounded(&mut *r, (data.off, data.size), 1).map_err(open_err)?,
+        let unrounded = if rounded {
+            None
+        } else {
+            unrounded(&mut *r, (data.off, data.size), 1).map_err(open_err)?
         };
         r.seek(SeekFrom::Start(0)).map_err(open_err)?;
         let reader = PerfFileReader::parse_file(r).map_err(|e| parse_error(path, e))?;
