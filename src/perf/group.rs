@@ -1347,6 +1347,27 @@ mod tests {
         assert_eq!(counted, received, "{tallies:?}");
     }
 
+    /// This thread on one CPU until dropped, then back on the CPUs it had.
+    struct PinnedTo(nix::sched::CpuSet);
+
+    impl PinnedTo {
+        fn cpu(cpu: u32) -> Self {
+            use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+            use nix::unistd::Pid;
+            let before = sched_getaffinity(Pid::from_raw(0)).unwrap();
+            let mut one = CpuSet::new();
+            one.set(cpu as usize).unwrap();
+            sched_setaffinity(Pid::from_raw(0), &one).unwrap();
+            PinnedTo(before)
+        }
+    }
+
+    impl Drop for PinnedTo {
+        fn drop(&mut self) {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &self.0);
+        }
+    }
+
     fn spec(id: u64, filter: Option<&str>) -> EventSpec {
         EventSpec {
             name: EVENT.replace('/', ":"),
@@ -1447,11 +1468,16 @@ mod tests {
     fn kernel_full_ring_reports_lost() {
         let Some(id) = event_id() else { return };
         let cpus = online_cpus().unwrap();
+        let first = cpus[0];
         let mut cfg = GroupConfig::new(vec![spec(id, None)], cpus);
         cfg.mmap_pages = 1;
         let Some(mut group) = open_or_skip(&cfg) else {
             return;
         };
+        // The kernel writes a ring's LOST record at the next sample written to that ring,
+        // so the events that overfill it and the ones after must run on the same CPU: a
+        // thread the scheduler moves in between (seen once in CI) leaves the count unsaid.
+        let _pinned = PinnedTo::cpu(first);
         group.enable().unwrap();
         fire(20_000);
         // The kernel writes the LOST record only once there is room again, so drain, then
