@@ -406,6 +406,12 @@ pub trait RecordSink {
 pub struct LiveOptions {
     /// Longest wait for a ring wake-up before quiet rings are drained anyway.
     pub poll: Duration,
+    /// The same after a round that read nothing. Each round costs the reader a wake-up
+    /// and the count reads interrupt every CPU, so a reader left on while the devices
+    /// are idle (or its events off between `--duty` windows) should wake seldom; the
+    /// first round with samples brings back `poll`. Never past the next tick, the
+    /// deadline, or the rate controller's next step.
+    pub idle: Duration,
     /// Call `RecordSink::tick` this often (stat intervals).
     pub tick: Option<Duration>,
     pub deadline: Option<Instant>,
@@ -603,21 +609,30 @@ fn run_rounds(
 ) -> Result<StopReason, RunError> {
     let mut next_tick = opts.tick.map(|t| Instant::now() + t);
     let mut online = crate::perf::OnlineWatch::new();
+    let mut idle = false;
     loop {
         let mut stop = should_stop()?;
-        if stop.is_none() && opts.deadline.is_some_and(|d| Instant::now() >= d) {
+        let now = Instant::now();
+        if stop.is_none() && opts.deadline.is_some_and(|d| now >= d) {
             stop = Some(StopReason::Duration);
         }
         if let Some(r) = stop {
             return Ok(r);
         }
         let mut wait = opts.poll;
-        if let Some(d) = opts.deadline {
-            wait = wait.min(d.saturating_duration_since(Instant::now()));
+        if idle {
+            let mut longest = opts.idle;
+            if let Some(r) = rate.as_deref() {
+                longest = longest.min(r.due_in(group.clock_now()?));
+            }
+            wait = wait.max(longest);
+        }
+        for due in [opts.deadline, next_tick].into_iter().flatten() {
+            wait = wait.min(due.saturating_duration_since(now));
         }
         group.wait(wait)?;
         let settles = counting.before_drain(group)?;
-        drain_round(group, pipe, sink)?;
+        idle = drain_round(group, pipe, sink)? == 0;
         if settles {
             counting.after_drain(group, pipe);
         }
@@ -664,14 +679,16 @@ pub(crate) fn deliver(
     }
 }
 
+/// Returns the records read (samples, and the kernel's own records).
 fn drain_round(
     group: &mut PerfGroup,
     pipe: &mut dyn Stages,
     sink: &mut dyn RecordSink,
-) -> Result<(), RunError> {
+) -> Result<u64, RunError> {
     // Before any ring is read: every sample stamped earlier is either visible in this
     // round's reads or still being written (the sorter's bound lags one round for those).
     pipe.begin_round(group.clock_now()?);
+    let mut read = 0;
     for ring in 0..group.ring_count() {
         // Rings are per CPU: samples do not repeat it (see `perf::record`).
         let cpu = group.ring_cpu(ring);
@@ -683,10 +700,11 @@ fn drain_round(
         // A ring walk that hit a corrupt size resynchronised at the head and skipped
         // what it could not parse: count it with the bad records, never silently.
         pipe.bad_records(stats.malformed + u64::from(stats.ring_error.is_some()));
+        read += stats.records;
     }
     let mut first_err = None;
     pipe.end_round(&mut |r, n| deliver(sink, r, n, &mut first_err));
-    first_err.map_or(Ok(()), |e| Err(e.into()))
+    first_err.map_or(Ok(read), |e| Err(e.into()))
 }
 
 #[cfg(test)]

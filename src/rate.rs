@@ -261,6 +261,26 @@ impl RateControl {
         Ok(())
     }
 
+    /// How long from `clock_now` (the group's clock) until [`step`](Self::step) has
+    /// something to do: a `--duty` phase ends, a rate change applies or settles, or a
+    /// measure is due. An idle run may sleep that long and no longer.
+    pub fn due_in(&self, clock_now: u64) -> Duration {
+        let on_clock = |t: u64| Duration::from_nanos(t.saturating_sub(clock_now));
+        if let Some(c) = &self.cycle {
+            return on_clock(match c.phase {
+                Phase::On { until } => until,
+                Phase::Closing { until } => until.saturating_add(SETTLE_NS),
+                Phase::Off => (c.grid + c.k * c.duty.period * SEC).saturating_sub(SETTLE_NS),
+            });
+        }
+        let due = match self.state {
+            State::Narrowing { apply, .. } => apply,
+            State::Settling { until } => until,
+            State::Steady => self.period_start + PERIOD,
+        };
+        due.saturating_duration_since(Instant::now())
+    }
+
     fn restart(&mut self, pipe: &dyn Stages) {
         self.period_start = Instant::now();
         self.rows_at_start = pipe.rows();

@@ -237,6 +237,77 @@ fn sigint_and_duration_stop_cleanly_and_keep_rows() {
     let _ = std::fs::remove_file(csv);
 }
 
+/// The reader's wake-ups, counted by the kernel: its main thread's voluntary context
+/// switches (`record` reads the rings on that thread; each round is one poll).
+fn wakeups(pid: u32) -> u64 {
+    let status = read(std::path::Path::new(&format!(
+        "/proc/{pid}/task/{pid}/status"
+    )));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in {status}"))
+}
+
+/// A reader left on while the device is idle wakes about 5 times a second, not 50;
+/// the first round with samples brings back the short rounds (which keep a missing
+/// sample's window narrow), and what arrived during a long wait is all recorded.
+#[test]
+fn an_idle_reader_wakes_seldom_and_busy_rounds_come_back() {
+    if !kernel_ready("an_idle_reader_wakes_seldom_and_busy_rounds_come_back") {
+        return;
+    }
+    let l = LoopDev::new("idle", 64);
+    l.scheduler("none");
+    let csv = tmp("idle.csv");
+    let json = tmp("idle.json");
+    let child = Command::new(bin())
+        .args(["record", "-d", &l.dev, "-o"])
+        .arg(&csv)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let before = wakeups(pid);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let idle = wakeups(pid) - before;
+    // 20 ms rounds would be ≈ 100; 200 ms ones ≈ 10, plus the second's flush.
+    assert!(idle <= 30, "{idle} wake-ups in 2 s with no I/O");
+    let before = wakeups(pid);
+    run_ok(
+        Command::new("fio")
+            .args([
+                "--name=idle",
+                "--direct=1",
+                "--ioengine=libaio",
+                "--iodepth=4",
+            ])
+            .args(["--rw=randread", "--bs=4k", "--time_based", "--runtime=2"])
+            .arg(format!("--filename={}", l.dev))
+            .arg("--output-format=json")
+            .arg(format!("--output={}", json.display())),
+    );
+    let busy = wakeups(pid) - before;
+    // ≈ 50 a second while samples arrive; stuck at the idle pace it would be ≈ 10.
+    assert!(busy >= 50, "{busy} wake-ups in 2 s of I/O");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_clean("idle then busy", &err);
+    let rows = read_csv(&csv);
+    assert_eq!(rows.len() as u64, fio_ios(&json), "{err}");
+    ok_rows(&rows, &err);
+    let _ = std::fs::remove_file(csv);
+    let _ = std::fs::remove_file(json);
+}
+
 #[test]
 fn command_exit_status_is_reported_and_returned() {
     if !kernel_ready("command_exit_status_is_reported_and_returned") {

@@ -256,6 +256,85 @@ fn duty_traces_whole_ios_only_in_its_windows_with_the_events_off_between() {
     );
 }
 
+/// Between `--duty` windows the events are off and nothing arrives: a reader left on
+/// (no command, as `serve` runs) wakes a few times a second there, not 50, and still
+/// starts the next window and traces it.
+#[test]
+fn between_duty_windows_the_reader_wakes_seldom() {
+    let test = "between_duty_windows_the_reader_wakes_seldom";
+    if !kernel_ready(test) || !tool_ready(test, "fio", &["--version"]) {
+        return;
+    }
+    let l = LoopDev::new("dutyidle", 64);
+    l.scheduler("none");
+    let json = tmp("dutyidle-fio.json");
+    let mut fio_cmd = fio_args(&l.dev, 13, &json);
+    fio_cmd.push("--rate_iops=20000".into());
+    let mut fio = Command::new(&fio_cmd[0])
+        .args(&fio_cmd[1..])
+        .spawn()
+        .unwrap();
+    let stat = Command::new(bin())
+        .args(["stat", "-d", &l.dev, "--json", "--interval", "1"])
+        .args([
+            "--max-rate",
+            "10000000",
+            "--duty",
+            "1/10",
+            "--duration",
+            "12",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Window 0 is 0–1 s and the events stay on 2 s after it; window 1 turns them on 2 s
+    // before 10 s. Off from 3 s to 8 s: count the wake-ups of 4 s of that.
+    let wakeups = || {
+        let pid = stat.id();
+        let status = read(std::path::Path::new(&format!(
+            "/proc/{pid}/task/{pid}/status"
+        )));
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in {status}"))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let before = wakeups();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let off = wakeups() - before;
+    // 20 ms rounds would be ≈ 200; 200 ms ones and the ticks ≈ 25.
+    assert!(off <= 60, "{off} wake-ups in 4 s with the events off");
+    let out = stat.wait_with_output().unwrap();
+    let _ = fio.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Json> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["type"], "summary", "{text}");
+    assert_eq!(count(summary, "unmatched"), 0, "{summary}");
+    assert_eq!(count(summary, "incomplete"), 0, "{summary}");
+    // Both windows traced, and nothing between them.
+    let per_interval: Vec<u64> = lines
+        .iter()
+        .filter(|l| l["type"] == "interval")
+        .map(ios)
+        .collect();
+    assert!(per_interval.len() >= 11, "{per_interval:?}");
+    assert!(per_interval[..2].iter().any(|&c| c > 0), "{per_interval:?}");
+    assert!(
+        per_interval[3..8].iter().all(|&c| c == 0),
+        "{per_interval:?}"
+    );
+    assert!(per_interval[9..].iter().any(|&c| c > 0), "{per_interval:?}");
+}
+
 /// `--threads 2` puts the kernel filters and the correlator on different threads; the
 /// rate controller changes both at once, so the two are refused together, before
 /// anything is opened, with what to do instead.

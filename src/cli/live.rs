@@ -402,6 +402,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         ),
         None => None,
     };
+    let has_command = child.is_some();
     let mut should_stop = || -> Result<Option<StopReason>, RunError> {
         if let Some(c) = child.as_mut() {
             if let Some(st) = c.try_wait().map_err(RunError::Command)? {
@@ -413,6 +414,13 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     let opts = LiveOptions {
         // Short rounds keep the windows in which a missing sample is known narrow.
         poll: Duration::from_millis(20),
+        // A command's exit is seen at the next round, so with one the rounds keep
+        // their pace; a reader left on (`serve`, `stat`, `record` until Ctrl-C) wakes
+        // 5 times a second, not 50, while nothing happens.
+        idle: match has_command {
+            true => Duration::from_millis(20),
+            false => Duration::from_millis(200),
+        },
         tick: match &out {
             Output::Stat(_, i) => *i,
             Output::Metrics(..) => Some(Duration::from_secs(1)),
