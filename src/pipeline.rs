@@ -436,6 +436,8 @@ struct Counting {
     pending: Option<Instant>,
     next: Instant,
     every: Duration,
+    /// Samples received beyond the final counts (see `Health::uncounted`).
+    uncounted: u64,
 }
 
 impl Counting {
@@ -444,6 +446,7 @@ impl Counting {
         Counting {
             sample,
             ledger: Ledger::new(),
+            uncounted: 0,
             names: group.type_names().to_vec(),
             pending: None,
             next: Instant::now(),
@@ -523,6 +526,12 @@ impl Counting {
                 for m in self.ledger.update(&tallies, true).0 {
                     pipe.on_missing(&m.gap(&self.names));
                 }
+                // The counts are final: more arrived than counted is as much a fault
+                // of the stream as fewer, and is said.
+                self.uncounted = tallies
+                    .iter()
+                    .map(|t| t.received.saturating_sub(t.counted))
+                    .sum();
                 pipe.hold_until(None);
                 return Ok(());
             }
@@ -543,6 +552,7 @@ impl Counting {
         h.cpus_offlined = hp.offlined;
         h.cpus_onlined = hp.onlined;
         h.cpus_untraced = hp.untraced;
+        h.uncounted = self.uncounted;
         h
     }
 }

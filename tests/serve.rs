@@ -266,14 +266,20 @@ fn prometheus_scrapes_serve_and_agrees_with_a_full_record() {
     let rows = read_csv(&csv);
     let fio = fio_ios(&json);
     let disk = disk_ios(&l.name) - disk_before;
-    // fio's count, or the kernel's when they differ: once in some hundred runs the
-    // record held one row more than fio's count, and nothing was kept to say whose
-    // count was off. A row the kernel did not complete fails both, with the exit line.
+    // fio's count, or the kernel's when they differ. Twice in some hundred runs the
+    // record held one row more than both (fio's count and the disk's agreeing): a
+    // `dropped` row at a sector another I/O had just been issued at, with no times,
+    // from one block_rq_issue more than the I/Os (3n + 1 samples) that no completion
+    // followed; the exit line said `cut 1` with nothing lost or dropped. Such a row is
+    // flagged, never `ok`: every row beyond fio's count must be a `dropped` one that
+    // the exit line counts as cut (and `uncounted` says if the counts missed it).
+    let err = String::from_utf8_lossy(&out.stderr);
+    let n = rows.len() as u64;
+    let flagged = (rows.iter().filter(|r| r["status"] == "dropped").count() as u64)
+        .min(exit_count(&err, "cut"));
     assert!(
-        rows.len() as u64 == fio || rows.len() as u64 == disk,
-        "the full record has every I/O: {} rows, fio {fio}, the disk's stat {disk}: {}",
-        rows.len(),
-        String::from_utf8_lossy(&out.stderr)
+        n == fio || n == disk || (n > fio && n - fio <= flagged),
+        "the full record has every I/O: {n} rows, fio {fio}, the disk's stat {disk}: {err}"
     );
     // Counts: each traced I/O stands for up to 256 (the rate serve starts at): the
     // estimate's standard deviation is at most sqrt(256 × I/Os); 4 of them, and 1 %

@@ -128,7 +128,7 @@ impl MetricsSink {
         let counts = Family::<Labels, Counter>::default();
         r.register(
             "events",
-            "the run's counters (kind: samples, lost, dropped, unmatched, incomplete, cut, resampled, bad_records, rate_changes, cpus_offlined, cpus_onlined, cpus_untraced); see docs/how-it-works.md",
+            "the run's counters (kind: samples, lost, dropped, unmatched, incomplete, cut, resampled, bad_records, rate_changes, cpus_offlined, cpus_onlined, cpus_untraced, uncounted); see docs/how-it-works.md",
             counts.clone(),
         );
         let sample = Gauge::default();
@@ -233,6 +233,7 @@ impl MetricsSink {
             ("cpus_offlined", h.cpus_offlined),
             ("cpus_onlined", h.cpus_onlined),
             ("cpus_untraced", h.cpus_untraced),
+            ("uncounted", h.uncounted),
         ] {
             let last = self.counts.last.entry(kind).or_insert(0);
             let counter = self

@@ -118,6 +118,10 @@ pub struct Health {
     /// Samples a perf.data holds twice, byte for byte (stock `perf record` can write
     /// part of a ring again): each is decoded once, the copies only counted.
     pub duplicates: u64,
+    /// Samples that arrived beyond the kernel's final count of their event and CPU
+    /// (live runs): a sample delivered twice, or an event fired that its count missed.
+    /// The counts are compared both ways; this side has been 0 in every run checked.
+    pub uncounted: u64,
     #[serde(flatten)]
     pub counters: Counters,
     /// I/Os the lost or dropped samples cost, as far as the records show.
@@ -186,6 +190,9 @@ impl Health {
         }
         if self.duplicates > 0 {
             s.push_str(&format!("  duplicates {}", self.duplicates));
+        }
+        if self.uncounted > 0 {
+            s.push_str(&format!("  uncounted {}", self.uncounted));
         }
         let c = &self.counters;
         s.push_str(&format!(

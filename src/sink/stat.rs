@@ -809,6 +809,7 @@ mod tests {
             "unthrottled",
             "other_records",
             "duplicates",
+            "uncounted",
             "late",
             "bad_records",
         ] {
