@@ -195,14 +195,7 @@ fn sigint_and_duration_stop_cleanly_and_keep_rows() {
     let l = LoopDev::new("sig", 64);
     l.scheduler("none");
     let csv = tmp("sig.csv");
-    let child = Command::new(bin())
-        .args(["record", "-d", &l.dev, "-o"])
-        .arg(&csv)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Tracing is on once the header is written and events are enabled; give it a moment.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    let child = record_bg(&l, &csv);
     let of = format!("of={}", l.dev);
     run_ok(Command::new("dd").args([
         "if=/dev/zero",
@@ -217,7 +210,7 @@ fn sigint_and_duration_stop_cleanly_and_keep_rows() {
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = child.output();
     assert!(
         out.status.success(),
         "{}",
@@ -262,14 +255,9 @@ fn an_idle_reader_wakes_seldom_and_busy_rounds_come_back() {
     l.scheduler("none");
     let csv = tmp("idle.csv");
     let json = tmp("idle.json");
-    let child = Command::new(bin())
-        .args(["record", "-d", &l.dev, "-o"])
-        .arg(&csv)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = record_bg(&l, &csv);
     let pid = child.id();
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    std::thread::sleep(std::time::Duration::from_millis(200));
     let before = wakeups(pid);
     std::thread::sleep(std::time::Duration::from_secs(2));
     let idle = wakeups(pid) - before;
@@ -297,7 +285,7 @@ fn an_idle_reader_wakes_seldom_and_busy_rounds_come_back() {
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = child.output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_clean("idle then busy", &err);
@@ -520,19 +508,20 @@ fn hot_sectors_every_request_is_its_own_row() {
 }
 
 /// `record` in the background on `l`, its rows going to `csv`.
-fn record_bg(l: &LoopDev, csv: &std::path::Path) -> std::process::Child {
-    let child = Command::new(bin())
-        .args(["record", "-d", &l.dev, "-o"])
-        .arg(csv)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+fn record_bg(l: &LoopDev, csv: &std::path::Path) -> Running {
+    let child = Running::spawn(
+        Command::new(bin())
+            .args(["record", "-d", &l.dev, "-o"])
+            .arg(csv)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
     // Tracing is on once the header is written and events are enabled; give it a moment.
     std::thread::sleep(std::time::Duration::from_millis(500));
     child
 }
 
-fn signal(child: &std::process::Child, sig: nix::sys::signal::Signal) {
+fn signal(child: &Running, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
 }
 
@@ -558,7 +547,7 @@ fn sigterm_and_sighup_flush_every_row() {
             "status=none",
         ]));
         signal(&child, sig);
-        let out = child.wait_with_output().unwrap();
+        let out = child.output();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{sig}: {err}");
         assert_eq!(read_csv(&csv).len(), n, "{sig}: rows flushed");
@@ -583,8 +572,7 @@ fn after_sigkill_the_csv_holds_only_whole_lines() {
         .unwrap();
     // Past the first one-second flush, in the middle of writing rows.
     std::thread::sleep(std::time::Duration::from_millis(2300));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     let _ = dd.kill();
     let _ = dd.wait();
     let text = read(&csv);

@@ -270,24 +270,19 @@ fn between_duty_windows_the_reader_wakes_seldom() {
     let json = tmp("dutyidle-fio.json");
     let mut fio_cmd = fio_args(&l.dev, 13, &json);
     fio_cmd.push("--rate_iops=20000".into());
-    let mut fio = Command::new(&fio_cmd[0])
-        .args(&fio_cmd[1..])
-        .spawn()
-        .unwrap();
-    let stat = Command::new(bin())
-        .args(["stat", "-d", &l.dev, "--json", "--interval", "1"])
-        .args([
-            "--max-rate",
-            "10000000",
-            "--duty",
-            "1/10",
-            "--duration",
-            "12",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let fio = Running::spawn(
+        Command::new(&fio_cmd[0])
+            .args(&fio_cmd[1..])
+            .stdout(std::process::Stdio::null()),
+    );
+    let stat = Running::spawn(
+        Command::new(bin())
+            .args(["stat", "-d", &l.dev, "--json", "--interval", "1"])
+            .args(["--max-rate", "10000000", "--duty", "1/10"])
+            .args(["--duration", "12"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    );
     // Window 0 is 0–1 s and the events stay on 2 s after it; window 1 turns them on 2 s
     // before 10 s. Off from 3 s to 8 s: count the wake-ups of 4 s of that.
     let wakeups = || {
@@ -307,8 +302,8 @@ fn between_duty_windows_the_reader_wakes_seldom() {
     let off = wakeups() - before;
     // 20 ms rounds would be ≈ 200; 200 ms ones and the ticks ≈ 25.
     assert!(off <= 60, "{off} wake-ups in 4 s with the events off");
-    let out = stat.wait_with_output().unwrap();
-    let _ = fio.wait();
+    let out = stat.output();
+    let _ = fio.output();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -352,3 +352,41 @@ pub fn serve_address(err: &mut impl std::io::BufRead) -> String {
         }
     }
 }
+
+/// A child killed when dropped. A test that fails while it runs must not leave it
+/// running: a `record` or `stat` with no command never ends, and one that inherited
+/// the harness's stdout holds it open, so a piped `cargo test` would wait for ever.
+pub struct Running(Option<std::process::Child>);
+
+impl Running {
+    pub fn spawn(cmd: &mut Command) -> Running {
+        Running(Some(cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))))
+    }
+
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// SIGKILL, and wait for it to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Waits for it to end; what it wrote to piped stdout and stderr.
+    pub fn output(mut self) -> Output {
+        let c = self.0.take().expect("a running child");
+        c.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
