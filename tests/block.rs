@@ -230,19 +230,6 @@ fn sigint_and_duration_stop_cleanly_and_keep_rows() {
     let _ = std::fs::remove_file(csv);
 }
 
-/// The reader's wake-ups, counted by the kernel: its main thread's voluntary context
-/// switches (`record` reads the rings on that thread; each round is one poll).
-fn wakeups(pid: u32) -> u64 {
-    let status = read(std::path::Path::new(&format!(
-        "/proc/{pid}/task/{pid}/status"
-    )));
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in {status}"))
-}
-
 /// A reader left on while the device is idle wakes about 5 times a second, not 50;
 /// the first round with samples brings back the short rounds (which keep a missing
 /// sample's window narrow), and what arrived during a long wait is all recorded.

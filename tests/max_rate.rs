@@ -285,21 +285,10 @@ fn between_duty_windows_the_reader_wakes_seldom() {
     );
     // Window 0 is 0–1 s and the events stay on 2 s after it; window 1 turns them on 2 s
     // before 10 s. Off from 3 s to 8 s: count the wake-ups of 4 s of that.
-    let wakeups = || {
-        let pid = stat.id();
-        let status = read(std::path::Path::new(&format!(
-            "/proc/{pid}/task/{pid}/status"
-        )));
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in {status}"))
-    };
     std::thread::sleep(std::time::Duration::from_millis(3500));
-    let before = wakeups();
+    let before = wakeups(stat.id());
     std::thread::sleep(std::time::Duration::from_secs(4));
-    let off = wakeups() - before;
+    let off = wakeups(stat.id()) - before;
     // 20 ms rounds would be ≈ 200; 200 ms ones and the ticks ≈ 25.
     assert!(off <= 60, "{off} wake-ups in 4 s with the events off");
     let out = stat.output();

@@ -353,6 +353,17 @@ pub fn serve_address(err: &mut impl std::io::BufRead) -> String {
     }
 }
 
+/// The wake-ups of process `pid`, counted by the kernel: its main thread's voluntary
+/// context switches (a one-thread reader reads the rings there; each round is a poll).
+pub fn wakeups(pid: u32) -> u64 {
+    let status = read(Path::new(&format!("/proc/{pid}/task/{pid}/status")));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in {status}"))
+}
+
 /// A child killed when dropped. A test that fails while it runs must not leave it
 /// running: a `record` or `stat` with no command never ends, and one that inherited
 /// the harness's stdout holds it open, so a piped `cargo test` would wait for ever.
