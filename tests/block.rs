@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn dd(args: &[&str]) -> Vec<String> {
     let mut v = vec!["dd".to_string()];
@@ -230,59 +230,6 @@ fn sigint_and_duration_stop_cleanly_and_keep_rows() {
     let _ = std::fs::remove_file(csv);
 }
 
-/// A reader left on while the device is idle wakes about 5 times a second, not 50;
-/// the first round with samples brings back the short rounds (which keep a missing
-/// sample's window narrow), and what arrived during a long wait is all recorded.
-#[test]
-fn an_idle_reader_wakes_seldom_and_busy_rounds_come_back() {
-    if !kernel_ready("an_idle_reader_wakes_seldom_and_busy_rounds_come_back") {
-        return;
-    }
-    let l = LoopDev::new("idle", 64);
-    l.scheduler("none");
-    let csv = tmp("idle.csv");
-    let json = tmp("idle.json");
-    let child = record_bg(&l, &csv);
-    let pid = child.id();
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let before = wakeups(pid);
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    let idle = wakeups(pid) - before;
-    // 20 ms rounds would be ≈ 100; 200 ms ones ≈ 10, plus the second's flush.
-    assert!(idle <= 30, "{idle} wake-ups in 2 s with no I/O");
-    let before = wakeups(pid);
-    run_ok(
-        Command::new("fio")
-            .args([
-                "--name=idle",
-                "--direct=1",
-                "--ioengine=libaio",
-                "--iodepth=4",
-            ])
-            .args(["--rw=randread", "--bs=4k", "--time_based", "--runtime=2"])
-            .arg(format!("--filename={}", l.dev))
-            .arg("--output-format=json")
-            .arg(format!("--output={}", json.display())),
-    );
-    let busy = wakeups(pid) - before;
-    // ≈ 50 a second while samples arrive; stuck at the idle pace it would be ≈ 10.
-    assert!(busy >= 50, "{busy} wake-ups in 2 s of I/O");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let out = child.output();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert_clean("idle then busy", &err);
-    let rows = read_csv(&csv);
-    assert_eq!(rows.len() as u64, fio_ios(&json), "{err}");
-    ok_rows(&rows, &err);
-    let _ = std::fs::remove_file(csv);
-    let _ = std::fs::remove_file(json);
-}
-
 #[test]
 fn command_exit_status_is_reported_and_returned() {
     if !kernel_ready("command_exit_status_is_reported_and_returned") {
@@ -492,20 +439,6 @@ fn hot_sectors_every_request_is_its_own_row() {
             assert!(num(r, "d2c_ns") > 0 && num(r, "q2c_ns") >= num(r, "d2c_ns"));
         }
     }
-}
-
-/// `record` in the background on `l`, its rows going to `csv`.
-fn record_bg(l: &LoopDev, csv: &std::path::Path) -> Running {
-    let child = Running::spawn(
-        Command::new(bin())
-            .args(["record", "-d", &l.dev, "-o"])
-            .arg(csv)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped()),
-    );
-    // Tracing is on once the header is written and events are enabled; give it a moment.
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    child
 }
 
 fn signal(child: &Running, sig: nix::sys::signal::Signal) {

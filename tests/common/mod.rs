@@ -401,3 +401,17 @@ impl Drop for Running {
         }
     }
 }
+
+/// `record` in the background on `l`, its rows going to `csv`.
+pub fn record_bg(l: &LoopDev, csv: &std::path::Path) -> Running {
+    let child = Running::spawn(
+        Command::new(bin())
+            .args(["record", "-d", &l.dev, "-o"])
+            .arg(csv)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped()),
+    );
+    // Tracing is on once the header is written and events are enabled; give it a moment.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    child
+}
