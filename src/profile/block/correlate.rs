@@ -33,7 +33,8 @@
 //! ([`Counters::postflushes`]).
 //!
 //! `qd` is the device's queue depth as the request was issued: the requests issued and
-//! not yet completed on that device, itself included.
+//! not yet completed on that device, itself included; empty while a sample that went
+//! missing before the issue is unaccounted (see below), when it is not known.
 //!
 //! A partial completion (fewer sectors than issued) moves the request on to the next
 //! sector, where the rest completes.
@@ -46,15 +47,15 @@
 //! correlator hears of `n` missing samples of an event, all stamped no later than a
 //! horizon `h`, before it sees what follows them ([`Correlator::on_missing`]). Then:
 //! - a missing **completion**: an issued request issued no later than `h` that has been
-//!   in flight longer than any certain pairing on its device took (1.5x the largest
-//!   d2c seen with one candidate, plus 50 µs) is the one that lost it: it is written
-//!   `dropped`, leaves the device's queue depth, and is never paired. It is looked for
+//!   in flight longer than the certain pairings on its device take (1.5x the device's
+//!   [`Yardstick`] of d2c seen with one candidate, plus 50 µs) is the one that lost it:
+//!   it is written `dropped`, leaves the device's queue depth, and is never paired. It is looked for
 //!   when a completion would pair with it and, while such a sample is unaccounted,
 //!   among all requests every millisecond of event time. When the completion would pair
-//!   with it while another request at its sector could take it, past the largest d2c
+//!   with it while another request at its sector could take it, past the yardstick
 //!   (plus 50 µs) is enough: FIFO is a guess there, and a wrong one is an `ok` row
 //!   slower than the device ever was. Before any is reported (the counts can lag a
-//!   busy CPU), a request at such a sector past twice the largest d2c plus 1 ms is
+//!   busy CPU), a request at such a sector past twice the yardstick plus 1 ms is
 //!   presumed to have lost its completion, and the next completion reported missing
 //!   is its own;
 //! - a missing **issue**: a completion with no issued request under its key takes a
@@ -65,11 +66,19 @@
 //! - at the end, what is still unaccounted (any event, merges included) marks that many
 //!   requests still in flight `dropped`, those started by `h` first, oldest first.
 //!
+//! Under sustained overflow many I/Os lose every event, and their completions and
+//! issues are missing with no request to pin them on: the missing issues and
+//! completions are kept per window and given up once no request can still be found
+//! for them ([`Windows`]). A request taken for lost whose completion then comes while
+//! an issue is missing gets it only if it comes soon ([`PRESUMED`]): later, it is as
+//! likely the completion of a later I/O at its place whose issue was lost.
+//!
 //! A `dropped` row never has a stage whose events it did not both see.
 
 use super::record::BlockRecord;
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
+use crate::correlate::yardstick::Yardstick;
 use crate::correlate::{Correlator, Counters, DevMap, Gap, Status, UnmatchedLog};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
@@ -135,18 +144,86 @@ impl Default for BlockConfig {
 
 type Key = (u32, u64);
 
+/// Samples of one event that went missing between two tallies (`after`, `before`], as
+/// many as are not yet pinned on a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Window {
+    n: u64,
+    after: u64,
+    before: u64,
+}
+
+/// The windows of one event with samples not yet pinned on a request, by `before`.
+///
+/// Kept per window, not as one count: under sustained overflow the rings lose every
+/// event of many I/Os, issue and completion alike, and such a completion can never be
+/// pinned on a request. Summed with the rest it stayed unaccounted for the whole run,
+/// so every issue was taken to have that many requests ahead of it gone from the
+/// device (`qd` 1 on every row) and a completion always looked missing wherever one
+/// was looked for. A window is given up once every request that could have lost one
+/// of its samples has had time to show it (see [`BlockCorrelator::scan`]).
+#[derive(Debug, Clone, Default)]
+struct Windows(Vec<Window>);
+
+impl Windows {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn total(&self) -> u64 {
+        self.0.iter().map(|w| w.n).sum()
+    }
+
+    fn add(&mut self, n: u64, after: u64, before: u64) {
+        if n == 0 {
+            return;
+        }
+        let i = self.0.partition_point(|w| w.before <= before);
+        self.0.insert(i, Window { n, after, before });
+    }
+
+    /// One sample off the oldest window that `fits`: the window it was in.
+    fn take(&mut self, fits: impl Fn(&Window) -> bool) -> Option<Window> {
+        let i = self.0.iter().position(fits)?;
+        let w = self.0[i];
+        if w.n == 1 {
+            self.0.remove(i);
+        } else {
+            self.0[i].n -= 1;
+        }
+        Some(Window { n: 1, ..w })
+    }
+
+    /// The latest time a sample not yet pinned can have been stamped (0: none).
+    fn horizon(&self) -> u64 {
+        self.0.last().map_or(0, |w| w.before)
+    }
+
+    /// Whether a sample not yet pinned went missing before `t`.
+    fn before(&self, t: u64) -> bool {
+        self.0.iter().any(|w| w.after < t)
+    }
+
+    /// Gives up the windows closed before `t`.
+    fn give_up(&mut self, t: u64) {
+        let k = self.0.partition_point(|w| w.before < t);
+        self.0.drain(..k);
+    }
+}
+
 /// Samples the kernel counted that never arrived and are not yet pinned on a request.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Unaccounted {
-    complete: u64,
-    issue: u64,
+    complete: Windows,
+    issue: Windows,
     insert: u64,
     /// Merges, requeues: only accounted at the end.
     other: u64,
     /// Every one was stamped no later than this.
     horizon: u64,
-    /// The completions unaccounted were all stamped after this.
-    since: u64,
+    /// The same of the issues, given up or not: whether a completion can be of an I/O
+    /// whose issue went missing after a given time.
+    issue_horizon: u64,
     /// Event time of the next scan for requests that lost their completion.
     next_scan: u64,
     /// Suspects taken before their completion was reported missing (`presumed_lost`):
@@ -156,21 +233,33 @@ struct Unaccounted {
 
 impl Unaccounted {
     fn total(&self) -> u64 {
-        self.complete + self.issue + self.insert + self.other
+        self.complete.total() + self.issue.total() + self.insert + self.other
     }
 }
 
-/// What the correlator learnt of one device.
+/// A request taken for one that lost its completion (see [`BlockCorrelator::suspects`]).
 #[derive(Debug, Clone, Copy)]
+struct Suspect {
+    key: Key,
+    p: Pending,
+    /// Event time it was taken.
+    at: u64,
+    /// The window of the completion it was taken for; `None`: presumed lost before any
+    /// was reported.
+    window: Option<Window>,
+}
+
+/// What the correlator learnt of one device.
+#[derive(Debug, Clone)]
 struct DevSeen {
     dev: u32,
-    /// The largest d2c of a pairing with one candidate.
-    certain_d2c: u64,
+    /// The d2c of pairings with one candidate.
+    certain: Yardstick,
     /// Its requests go through a scheduler (an insert was seen).
     scheduled: bool,
 }
 
-/// How far past the largest certain d2c `l` of its device a request in flight has
+/// How far past the yardstick `l` of its device (see [`Yardstick`]) a request in flight has
 /// surely lost a completion reported missing: by half again, plus 50 µs.
 const SURELY: fn(u64) -> u64 = |l| l + l / 2 + 50_000;
 /// ... with another request at its sector to take the completion: past it (plus 50 µs).
@@ -204,7 +293,10 @@ pub struct BlockCorrelator {
     /// Requests taken for ones that lost their completion, oldest first, with when:
     /// out of `pending` (no later I/O at their place pairs with them), but a completion
     /// that still comes at their place within [`SUSPECT_HOLD_NS`] is theirs after all.
-    suspects: Vec<(Key, Pending, u64)>,
+    suspects: Vec<Suspect>,
+    /// Requests in the depth, as of the last scan, that look as if they lost their
+    /// completion and were not found ([`PRESUMED`]): the depth is not known.
+    stale: u64,
     gate: Gate,
 }
 
@@ -225,6 +317,7 @@ impl BlockCorrelator {
             missing: Unaccounted::default(),
             devs: Vec::new(),
             suspects: Vec::new(),
+            stale: 0,
             gate: Gate::default(),
         }
     }
@@ -232,14 +325,16 @@ impl BlockCorrelator {
     /// Take `p` for the request that lost the completion counted missing: it leaves the
     /// device (queue depth) and waits among the suspects.
     fn suspect(&mut self, key: Key, p: Pending, t: u64) {
-        self.missing.complete -= 1;
-        self.set_aside(key, p, t);
+        // Its completion came after its issue: the oldest window closed since.
+        let issue = p.issue.unwrap_or(0);
+        let window = self.missing.complete.take(|w| w.before >= issue);
+        self.set_aside(key, p, t, window);
     }
 
     /// `p` leaves the device (queue depth) and waits among the suspects.
-    fn set_aside(&mut self, key: Key, p: Pending, t: u64) {
+    fn set_aside(&mut self, key: Key, p: Pending, at: u64, window: Option<Window>) {
         self.left_device(key.0, &p);
-        self.suspects.push((key, p, t));
+        self.suspects.push(Suspect { key, p, at, window });
     }
 
     /// Take `p`, issued at `key` with another request there, for one that lost its
@@ -256,18 +351,38 @@ impl BlockCorrelator {
 
     /// A suspect at `key` whose completion came after all: it was only slow, and the
     /// completion missing is another's (or, for one presumed, none was).
-    fn cleared(&mut self, key: Key) -> Option<Pending> {
-        let i = self.suspects.iter().position(|s| s.0 == key)?;
-        let (_, p, _) = self.suspects.remove(i);
-        if self.missing.presumed > 0 {
-            self.missing.presumed -= 1;
-        } else {
-            self.missing.complete += 1;
+    ///
+    /// Past [`PRESUMED`] of its device's yardstick, not while an issue is unaccounted
+    /// that went missing after the suspect's: then the completion at hand can as well
+    /// be of a later I/O at its place whose issue was lost, and under sustained
+    /// overflow it nearly always is (the suspect was taken because its own completion
+    /// went missing). Given to the suspect, it was an `ok` row hundreds of ms long;
+    /// taken as the later I/O's, it is a `dropped` row, and the suspect, if only slow,
+    /// is `dropped` too: both rows say what is not known. Sooner, the device was only
+    /// slow for a while (a stall holds every request in flight): a later I/O at the
+    /// same place, its issue lost, completing that soon is the rarer case by far.
+    fn cleared(&mut self, key: Key, t: u64) -> Option<Pending> {
+        let i = self.suspects.iter().position(|s| s.key == key)?;
+        let issue = self.suspects[i].p.issue.unwrap_or(0);
+        if self.missing.issue_horizon > issue
+            && self.in_flight_past(key.0, &self.suspects[i].p, t, PRESUMED)
+        {
+            return None;
         }
-        if p.issue.is_some() {
+        let s = self.suspects.remove(i);
+        match s.window {
+            Some(w) => self.missing.complete.add(1, w.after, w.before),
+            None if self.missing.presumed > 0 => self.missing.presumed -= 1,
+            // Its presumption met a window already: that completion is unaccounted again.
+            None => {
+                let horizon = self.missing.horizon;
+                self.missing.complete.add(1, issue, horizon);
+            }
+        }
+        if s.p.issue.is_some() {
             *self.issued.entry(key.0).or_default() += 1;
         }
-        Some(p)
+        Some(s.p)
     }
 
     /// Suspects held long enough: their completion is the one that went missing.
@@ -275,35 +390,36 @@ impl BlockCorrelator {
         while self
             .suspects
             .first()
-            .is_some_and(|s| t.saturating_sub(s.2) > SUSPECT_HOLD_NS)
+            .is_some_and(|s| t.saturating_sub(s.at) > SUSPECT_HOLD_NS)
         {
-            let (k, p, _) = self.suspects.remove(0);
-            self.cut_gone(k.0, &p, out);
+            let s = self.suspects.remove(0);
+            self.cut_gone(s.key.0, &s.p, out);
         }
     }
 
     /// Whether issued request `p` of `dev`, at event time `t`, has lost its completion:
     /// a completion went missing after its issue and it has been in flight longer than
-    /// `limit` of the largest certain pairing on the device ([`SURELY`] or [`PAST`]).
+    /// `limit` of the device's yardstick ([`SURELY`] or [`PAST`]).
     fn lost_completion(&self, dev: u32, p: &Pending, t: u64, limit: fn(u64) -> u64) -> bool {
-        self.missing.complete > 0
-            && p.issue.is_some_and(|i| i <= self.missing.horizon)
+        p.issue
+            .is_some_and(|i| i <= self.missing.complete.horizon())
             && self.in_flight_past(dev, p, t, limit)
     }
 
     /// Whether issued request `p` of `dev` has been in flight at `t` longer than
-    /// `limit` of the largest d2c of a pairing with one candidate on the device.
+    /// `limit` of the device's yardstick.
     fn in_flight_past(&self, dev: u32, p: &Pending, t: u64, limit: fn(u64) -> u64) -> bool {
         p.issue
             .is_some_and(|i| t.saturating_sub(i) > limit(self.certain_d2c(dev)))
     }
 
-    /// The largest d2c of a pairing with one candidate on `dev` (0 before one).
+    /// The d2c of pairings with one candidate on `dev`, the largest but rare ones
+    /// (0 before one; see [`Yardstick`]).
     fn certain_d2c(&self, dev: u32) -> u64 {
         self.devs
             .iter()
             .find(|d| d.dev == dev)
-            .map_or(0, |d| d.certain_d2c)
+            .map_or(0, |d| d.certain.value())
     }
 
     fn dev_seen(&mut self, dev: u32) -> &mut DevSeen {
@@ -312,7 +428,7 @@ impl BlockCorrelator {
             None => {
                 self.devs.push(DevSeen {
                     dev,
-                    certain_d2c: 0,
+                    certain: Yardstick::default(),
                     scheduled: false,
                 });
                 self.devs.len() - 1
@@ -335,32 +451,58 @@ impl BlockCorrelator {
         self.cut(dev, p, out);
     }
 
-    /// While a completion is unaccounted: every millisecond of event time, take the
-    /// requests that look as if they lost theirs (oldest first) for suspects.
+    /// Once a sample went missing: every millisecond of event time, take the requests
+    /// that look as if they lost their completion (oldest first) for suspects, give up
+    /// the windows no request can still be found for, and count the requests that look
+    /// lost but are still in the depth.
+    ///
+    /// A window is given up once it closed longer ago than a request alone is let be in
+    /// flight before it is taken ([`SURELY`] of the yardstick of the slowest device):
+    /// every request issued in time to lose one of its completions has been looked at
+    /// by then, and every I/O whose issue it lost has had time to complete. What is left
+    /// is of I/Os none of whose events arrived.
     fn scan(&mut self, t: u64) {
-        if self.missing.complete == 0 || t < self.missing.next_scan {
+        if self.missing.horizon == 0 || t < self.missing.next_scan {
             return;
         }
         self.missing.next_scan = t + SCAN_EVERY_NS;
-        let mut lost: Vec<(u32, u64, u64)> = Vec::new();
+        let search = !self.missing.complete.is_empty();
+        let horizon = self.missing.horizon;
+        // (device, sector, issue, looks lost by PRESUMED too)
+        let mut lost: Vec<(u32, u64, u64, bool)> = Vec::new();
+        let mut stale = 0;
         self.pending.for_each(|k, p| {
-            if self.lost_completion(k.0, p, t, SURELY) {
-                lost.push((k.0, k.1, p.issue.unwrap_or(0)));
+            let Some(issue) = p.issue.filter(|&i| i <= horizon) else {
+                return;
+            };
+            let presumed = self.in_flight_past(k.0, p, t, PRESUMED)
+                && t.saturating_sub(issue) < SUSPECT_HOLD_NS;
+            if search && self.lost_completion(k.0, p, t, SURELY) {
+                lost.push((k.0, k.1, issue, presumed));
+            } else if presumed {
+                stale += 1;
             }
         });
-        lost.sort_by_key(|&(_, _, issue)| issue);
-        for (dev, sector, issue) in lost {
-            if self.missing.complete == 0 {
-                break;
-            }
-            if let Some((p, _)) = self
-                .pending
-                .take_where(&(dev, sector), |p| p.issue == Some(issue))
-            {
-                self.suspect((dev, sector), p, t);
+        lost.sort_by_key(|&(_, _, issue, _)| issue);
+        for (dev, sector, issue, presumed) in lost {
+            // Each takes a completion missing since its issue; the last may be gone.
+            let taken = (self.missing.complete.horizon() >= issue)
+                .then(|| {
+                    self.pending
+                        .take_where(&(dev, sector), |p| p.issue == Some(issue))
+                })
+                .flatten();
+            match taken {
+                Some((p, _)) => self.suspect((dev, sector), p, t),
+                None => stale += u64::from(presumed),
             }
         }
+        self.stale = stale;
         self.counters.in_flight = self.pending.len() as u64;
+        let longest = self.devs.iter().map(|d| d.certain.value()).max();
+        let closed = t.saturating_sub(SURELY(longest.unwrap_or(0)));
+        self.missing.complete.give_up(closed);
+        self.missing.issue.give_up(closed);
     }
 
     fn name(&mut self, dev: u32) -> Rc<str> {
@@ -502,17 +644,18 @@ impl BlockCorrelator {
                 }
                 let depth = self.issued.entry(e.dev).or_insert(0);
                 *depth += 1;
-                // Requests that lost their completion are no longer on the device,
-                // though not yet found. When each left is only known to a window, so
-                // they leave the depth from its start: the depth is never more than
-                // the device held, at worst one less for I/Os issued in the window
-                // before the completion was lost.
-                let orphans = if t > self.missing.since {
-                    self.missing.complete
-                } else {
-                    0
-                };
-                let qd = Some((u64::from(*depth).saturating_sub(orphans).max(1)) as u32);
+                // The depth is not known while a sample that went missing before this
+                // issue is unaccounted: a request that lost its completion is gone from
+                // the device but still counted until it is found, an I/O that lost its
+                // issue is on the device uncounted, and under sustained overflow many
+                // lost both, a completion missing that no request here lost. Nor is it
+                // while a request that looks as if it lost its completion was not found.
+                // Counting the first kind out from the start of their window once made
+                // every row's depth 1 under sustained overflow.
+                let doubt = self.missing.issue.before(t)
+                    || self.missing.complete.before(t)
+                    || self.stale > 0;
+                let qd = (!doubt).then_some(*depth);
                 if let Some(p) = self.pending.find_mut(&key, |p| p.issue.is_none()) {
                     p.issue = Some(t);
                     p.qd = qd;
@@ -564,7 +707,7 @@ impl BlockCorrelator {
                 }
                 self.expire(t, out);
                 self.scan(t);
-                if self.missing.complete > 0 {
+                if !self.missing.complete.is_empty() {
                     self.set_aside_lost(key, e.nr_sector, t);
                 }
                 // The request issued first, one of the completion's size first (see
@@ -576,12 +719,13 @@ impl BlockCorrelator {
                     taken.filter(|&(p, held)| held > 1 && self.presumed_lost(e.dev, &p, t))
                 {
                     self.missing.presumed += 1;
-                    self.set_aside(key, p, t);
+                    self.set_aside(key, p, t, None);
                     taken = self.pending.take_least(&key, first);
                 }
-                let taken = match taken {
-                    Some(x) => Some(x),
-                    None => self.cleared(key).map(|p| (p, 1)),
+                // A suspect given its completion back is a guess, never a certain pairing.
+                let (taken, guess) = match taken {
+                    Some(x) => (Some(x), false),
+                    None => (self.cleared(key, t).map(|p| (p, 1)), true),
                 };
                 let Some((mut p, held)) = taken else {
                     self.complete_without_issue(t, e, out);
@@ -603,10 +747,12 @@ impl BlockCorrelator {
                     return;
                 }
                 let r = self.record(e.dev, &p, Some((t, e.error)), held);
-                if held == 1 && r.status == Status::Ok {
+                if !guess && held == 1 && r.status == Status::Ok {
+                    // One candidate can still be a request that lost its completion met
+                    // by the completion of a later I/O that lost its issue: a yardstick
+                    // that a few such pairings do not move (see `Yardstick`).
                     if let Some(d2c) = r.d2c_ns {
-                        let d = self.dev_seen(e.dev);
-                        d.certain_d2c = d.certain_d2c.max(d2c);
+                        self.dev_seen(e.dev).certain.add(d2c);
                     }
                 }
                 out(r);
@@ -623,12 +769,12 @@ impl BlockCorrelator {
         if self.gate.explains(e.sector, t) {
             return;
         }
-        if self.missing.issue == 0 {
+        // Its issue went missing after the window opened.
+        if self.missing.issue.take(|w| w.after < t).is_none() {
             self.counters.unmatched += 1;
             self.unmatched_log.note(t, self.counters.unmatched);
             return;
         }
-        self.missing.issue -= 1;
         let key = (e.dev, e.sector);
         let horizon = self.missing.horizon;
         let p = match self
@@ -664,7 +810,7 @@ impl BlockCorrelator {
     /// still finds it among the suspects: the two latencies are swapped, never lost.
     fn set_aside_lost(&mut self, key: Key, nr_sector: u32, t: u64) {
         let (mut first_issue, mut issued) = self.first_issued(&key, nr_sector);
-        while let Some(i) = first_issue.filter(|_| self.missing.complete > 0) {
+        while let Some(i) = first_issue.filter(|_| !self.missing.complete.is_empty()) {
             let lost = self
                 .pending
                 .find_mut(&key, |p| p.issue == Some(i))
@@ -721,8 +867,8 @@ impl Correlator for BlockCorrelator {
     }
 
     fn finish(&mut self, out: &mut dyn FnMut(BlockRecord)) {
-        for (k, p, _) in std::mem::take(&mut self.suspects) {
-            self.cut_gone(k.0, &p, out);
+        for s in std::mem::take(&mut self.suspects) {
+            self.cut_gone(s.key.0, &s.p, out);
         }
         let mut left = Vec::new();
         self.pending.drain_all(&mut |k, p| left.push((k, p)));
@@ -753,17 +899,12 @@ impl Correlator for BlockCorrelator {
                 // The first go to the suspects presumed lost before the counts said.
                 let theirs = gap.n.min(m.presumed);
                 m.presumed -= theirs;
-                let n = gap.n - theirs;
-                if n > 0 {
-                    m.since = if m.complete == 0 {
-                        gap.after
-                    } else {
-                        m.since.min(gap.after)
-                    };
-                    m.complete += n;
-                }
+                m.complete.add(gap.n - theirs, gap.after, gap.before);
             }
-            Some("block_rq_issue") => m.issue += gap.n,
+            Some("block_rq_issue") => {
+                m.issue.add(gap.n, gap.after, gap.before);
+                m.issue_horizon = m.issue_horizon.max(gap.before);
+            }
             Some("block_rq_insert") => m.insert += gap.n,
             _ => m.other += gap.n,
         }
@@ -1119,7 +1260,7 @@ mod tests {
             before: 2_000_000,
         };
         assert!(c.on_missing(&gap));
-        assert_eq!(c.missing.complete, 0);
+        assert!(c.missing.complete.is_empty());
         c.finish(&mut |r| out.push(r));
         let x = out.iter().find(|r| r.start_ns == 1_000_000).unwrap();
         assert_eq!((x.status, x.d2c_ns), (Status::Dropped, None));
@@ -1169,6 +1310,80 @@ mod tests {
         );
         assert_eq!(at(16).status, Status::Dropped);
         assert_eq!((c.cut, c.unmatched, c.incomplete), (1, 0, 0));
+    }
+
+    const ISSUE: &str = "block:block_rq_issue";
+
+    /// Sustained overflow: X (sector 8) lost its completion and is taken for it; 49 ms
+    /// later Y, at sector 8 too, lost its issue and completes. The completion is not
+    /// X's, though X is the only request ever issued there: it was an `ok` row 49 ms
+    /// long on a device whose I/Os take 100 µs. Both rows are `dropped`.
+    #[test]
+    fn a_completion_after_an_issue_went_missing_is_not_given_to_a_request_long_lost() {
+        use BlockKind::*;
+        let mut evs = pairings_of_100us();
+        evs.push(ev(1_000_000, Issue, 8, 8, Op::Read));
+        evs.push(ev(2_000_000, Issue, 2000, 8, Op::Read));
+        evs.push(ev(2_000_100, Complete, 2000, 8, Op::Read));
+        evs.push(ev(50_000_000, Complete, 8, 8, Op::Read));
+        let (r, c) = run_missing(
+            &evs,
+            &[(11, COMPLETE, 1, 1_200_000), (13, ISSUE, 1, 49_950_000)],
+        );
+        assert_eq!(r.len(), 8, "{r:?}");
+        let at8: Vec<_> = r.iter().filter(|r| r.sector == 8).collect();
+        assert!(
+            at8.iter()
+                .all(|r| r.status == Status::Dropped && r.d2c_ns.is_none()),
+            "{at8:?}"
+        );
+        assert_eq!((c.cut, c.unmatched, c.incomplete), (2, 0, 0));
+    }
+
+    /// A request taken for the one that lost a completion while an issue is missing
+    /// too, whose completion comes soon after (a device that stalls a while): it was
+    /// only slow, and gets its completion.
+    #[test]
+    fn a_request_only_slow_gets_its_completion_while_an_issue_is_missing() {
+        use BlockKind::*;
+        let mut evs = pairings_of_100us();
+        evs.push(ev(1_000_000, Issue, 8, 8, Op::Read));
+        evs.push(ev(1_300_000, Issue, 3000, 8, Op::Read));
+        evs.push(ev(1_300_100, Complete, 3000, 8, Op::Read));
+        evs.push(ev(1_500_000, Complete, 8, 8, Op::Read));
+        let (r, c) = run_missing(
+            &evs,
+            &[(11, COMPLETE, 1, 1_250_000), (11, ISSUE, 1, 1_250_000)],
+        );
+        let x = r.iter().find(|r| r.sector == 8).unwrap();
+        assert_eq!((x.status, x.d2c_ns), (Status::Ok, Some(500_000)));
+        assert_eq!((c.cut, c.unmatched), (0, 0));
+    }
+
+    /// I/Os none of whose events arrived leave completions and issues missing that no
+    /// request can take. While they are unaccounted the depth is not known (it was
+    /// written 1 for every row under sustained overflow); once every request has had
+    /// time to show one of them was its own, they are given up and the depth is known
+    /// again, and none is left to cut a request at the end.
+    #[test]
+    fn samples_of_ios_never_seen_leave_the_depth_unknown_only_for_a_while() {
+        use BlockKind::*;
+        let mut evs = pairings_of_100us();
+        for (i, s) in [(1_000_000, 5000), (5_000_000, 6000), (6_000_000, 7000)] {
+            evs.push(ev(i, Issue, s, 8, Op::Read));
+            evs.push(ev(i + 100, Complete, s, 8, Op::Read));
+        }
+        evs.insert(evs.len() - 1, ev(6_000_050, Issue, 8000, 8, Op::Read));
+        let (r, c) = run_missing(
+            &evs,
+            &[(10, COMPLETE, 3, 1_000_000), (10, ISSUE, 3, 1_000_000)],
+        );
+        let qd = |s: u64| r.iter().find(|r| r.sector == s).unwrap().qd;
+        assert_eq!((qd(5000), qd(6000), qd(7000)), (None, None, Some(1)));
+        // Issued while sector 7000 was in flight, and left in flight at the end.
+        let last = r.iter().find(|r| r.sector == 8000).unwrap();
+        assert_eq!((last.status, last.qd), (Status::Incomplete, Some(2)));
+        assert_eq!((c.cut, c.unmatched, c.incomplete), (0, 0, 1));
     }
 
     #[test]

@@ -1,0 +1,80 @@
+//! Rings far too small for the load, all through a run: a tenth of the samples lost,
+//! many I/Os with no event at all, each sector read over and over. Its own test binary,
+//! so that its load runs beside no other test's (binaries run one after another).
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+/// `record --mmap-pages 1` under 4k random reads at QD32 on a 64 MiB device: 10-15 %
+/// of the samples lost here, ≈300,000 I/Os, each sector read ≈18 times. Before the
+/// missing samples were kept per window (2026-11-27), 2,000-4,000 `ok` rows were a
+/// request whose completion was lost paired with the completion of a later I/O at its
+/// sector whose issue was lost (slower than fio's slowest I/O), and every row's `qd`
+/// was 1. Now a handful at most are slower than fio's slowest, and the depth is
+/// written only where it is known: never deeper than fio's iodepth, bar a handful.
+#[test]
+fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() {
+    if !kernel_ready("under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty") {
+        return;
+    }
+    let l = LoopDev::new("overflow", 64);
+    l.scheduler("none");
+    let csv = tmp("overflow.csv");
+    let json = tmp("overflow.json");
+    let out = run_ok(
+        Command::new(bin())
+            .args(["record", "--mmap-pages", "1", "-d", &l.dev, "-o"])
+            .arg(&csv)
+            .args(["--", "fio", "--name=overflow", "--direct=1"])
+            .args(["--ioengine=libaio", "--iodepth=32", "--rw=randread"])
+            .args(["--bs=4k", "--size=64m", "--time_based", "--runtime=2"])
+            .arg(format!("--filename={}", l.dev))
+            .arg("--output-format=json")
+            .arg(format!("--output={}", json.display())),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let rows = read_csv(&csv);
+    let samples = number_after(&err, "; samples ").unwrap_or(0);
+    let lost = exit_count(&err, "lost");
+    // The premise: the loss is sustained, not a burst.
+    assert!(
+        lost * 100 > samples + lost,
+        "{lost} of {samples} samples lost: the ring kept up: {err}"
+    );
+    let lat_max = fio_lat_max_ns(&json);
+    let ok = ok_rows(&rows, &err);
+    assert!(
+        ok.len() as u64 * 2 > fio_ios(&json),
+        "{} ok rows: {err}",
+        ok.len()
+    );
+    let slower = ok.iter().filter(|r| num(r, "d2c_ns") > lat_max).count();
+    let deeper = ok
+        .iter()
+        .filter(|r| !r["qd"].is_empty() && num(r, "qd") > 32)
+        .count();
+    let known = ok.iter().filter(|r| !r["qd"].is_empty()).count();
+    // A handful: 0-8 of each in runs here, against thousands before.
+    let few = rows.len() / 5000;
+    assert!(
+        slower <= few,
+        "{slower} ok rows slower than fio's slowest ({lat_max} ns): {err}"
+    );
+    assert!(deeper <= few, "{deeper} rows deeper than fio's 32: {err}");
+    // Not every depth given up: the windows close once nothing can be found for them.
+    assert!(
+        known * 20 > ok.len(),
+        "{known} of {} with a depth",
+        ok.len()
+    );
+    let ones = ok.iter().filter(|r| r["qd"] == "1").count();
+    assert!(ones * 2 < known, "{ones} of {known} depths are 1");
+    eprintln!(
+        "overflow: {} rows, {slower} slower than fio, {deeper} deeper, {known} with a depth: {err}",
+        rows.len()
+    );
+    let _ = std::fs::remove_file(csv);
+    let _ = std::fs::remove_file(json);
+}
