@@ -31,6 +31,7 @@ pub struct Yardstick {
     /// Pairings ever.
     seen: u64,
     value: u64,
+    largest: u64,
 }
 
 impl Default for Yardstick {
@@ -40,6 +41,7 @@ impl Default for Yardstick {
             n: 0,
             seen: 0,
             value: 0,
+            largest: 0,
         }
     }
 }
@@ -50,7 +52,13 @@ impl Yardstick {
         self.value
     }
 
+    /// The largest pairing ever, for a guess that must not take a request only slow.
+    pub fn largest(&self) -> u64 {
+        self.largest
+    }
+
     pub fn add(&mut self, d2c: u64) {
+        self.largest = self.largest.max(d2c);
         let b = &mut self.counts[bucket(d2c)];
         *b = b.saturating_add(1);
         self.n += 1;
@@ -144,6 +152,7 @@ mod tests {
             });
         }
         assert!((190_000..=250_000).contains(&y.value()), "{}", y.value());
+        assert_eq!(y.largest(), 50_000_000 + 99_007 * 3000);
     }
 
     /// It follows the device: after a long slow spell, a faster one brings it down.
