@@ -55,7 +55,7 @@
 //!   with it while another request at its sector could take it, past the yardstick
 //!   (plus 50 µs) is enough: FIFO is a guess there, and a wrong one is an `ok` row
 //!   slower than the device ever was. Before any is reported (the counts can lag a
-//!   busy CPU), a request at such a sector past twice the yardstick plus 1 ms is
+//!   busy CPU), a request at such a sector past twice the largest certain d2c plus 1 ms is
 //!   presumed to have lost its completion, and the next completion reported missing
 //!   is its own;
 //! - a missing **issue**: a completion with no issued request under its key takes a
