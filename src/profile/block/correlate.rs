@@ -144,6 +144,11 @@ impl Default for BlockConfig {
 
 type Key = (u32, u64);
 
+/// Whether issued request `p` has been in flight at `t` longer than `bound`.
+fn past(p: &Pending, t: u64, bound: u64) -> bool {
+    p.issue.is_some_and(|i| t.saturating_sub(i) > bound)
+}
+
 /// Samples of one event that went missing between two tallies (`after`, `before`], as
 /// many as are not yet pinned on a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,10 +356,8 @@ impl BlockCorrelator {
     /// block) a request only slow never gets its own completion back; it was cut with
     /// nothing lost, once in ten runs of the hot-sector test, against the yardstick.
     fn presumed_lost(&self, dev: u32, p: &Pending, t: u64) -> bool {
-        let largest = self.devs.iter().find(|d| d.dev == dev);
-        let largest = largest.map_or(0, |d| d.certain.largest());
-        p.issue
-            .is_some_and(|i| t.saturating_sub(i) > PRESUMED(largest))
+        let largest = self.yardstick(dev).map_or(0, Yardstick::largest);
+        past(p, t, PRESUMED(largest))
     }
 
     /// A suspect at `key` whose completion came after all: it was only slow, and the
@@ -417,17 +420,17 @@ impl BlockCorrelator {
     /// Whether issued request `p` of `dev` has been in flight at `t` longer than
     /// `limit` of the device's yardstick.
     fn in_flight_past(&self, dev: u32, p: &Pending, t: u64, limit: fn(u64) -> u64) -> bool {
-        p.issue
-            .is_some_and(|i| t.saturating_sub(i) > limit(self.certain_d2c(dev)))
+        past(p, t, limit(self.certain_d2c(dev)))
+    }
+
+    fn yardstick(&self, dev: u32) -> Option<&Yardstick> {
+        self.devs.iter().find(|d| d.dev == dev).map(|d| &d.certain)
     }
 
     /// The d2c of pairings with one candidate on `dev`, the largest but rare ones
     /// (0 before one; see [`Yardstick`]).
     fn certain_d2c(&self, dev: u32) -> u64 {
-        self.devs
-            .iter()
-            .find(|d| d.dev == dev)
-            .map_or(0, |d| d.certain.value())
+        self.yardstick(dev).map_or(0, Yardstick::value)
     }
 
     fn dev_seen(&mut self, dev: u32) -> &mut DevSeen {
