@@ -14,6 +14,8 @@ use std::process::Command;
 /// sector whose issue was lost (slower than fio's slowest I/O), and every row's `qd`
 /// was 1. Now a handful at most are slower than fio's slowest, and the depth is
 /// written only where it is known: never deeper than fio's iodepth, bar a handful.
+/// Every row is `ok` or `dropped`: a request that lost its completion and was not
+/// found in time was left `incomplete` at the end, 1 run in 3, until the end cut it too.
 #[test]
 fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() {
     if !kernel_ready("under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty") {
@@ -44,18 +46,6 @@ fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() 
         "{lost} of {samples} samples lost: the ring kept up: {err}"
     );
     let lat_max = fio_lat_max_ns(&json);
-    // Known limit (soak, 1 run in 3): a request whose completion was lost and whose
-    // window was given up before it was found is left `incomplete` at the end, not
-    // `dropped`. A handful, counted on the exit line; the rest must be ok or dropped.
-    let incomplete = rows.iter().filter(|r| r["status"] == "incomplete").count();
-    assert!(
-        incomplete <= rows.len() / 5000,
-        "{incomplete} incomplete: {err}"
-    );
-    let rows: Vec<_> = rows
-        .into_iter()
-        .filter(|r| r["status"] != "incomplete")
-        .collect();
     let ok = ok_rows(&rows, &err);
     assert!(
         ok.len() as u64 * 2 > fio_ios(&json),
