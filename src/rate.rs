@@ -176,6 +176,9 @@ impl RateControl {
         pipe: &mut dyn Stages,
     ) -> Result<RateControl, PerfError> {
         set_events(group, &levels, Some(n))?;
+        if let Some(g) = pipe.gate() {
+            g.set_mask(resample.mask(n));
+        }
         let cycle = match duty {
             Some(duty) => {
                 let grid = group.clock_now()?;

@@ -47,12 +47,15 @@ struct Window {
 pub struct Gate {
     windows: Vec<Window>,
     resampled: u64,
+    /// The bits the kernel filter tests, as of the last change (0: every I/O).
+    mask: u64,
 }
 
 impl Gate {
     /// A change from `old` to `new` (sample masks) begins at `from`; it stays open
     /// until [`Gate::close`].
     pub fn open(&mut self, from: u64, old: u64, new: u64) {
+        self.mask = new;
         self.windows.push(Window {
             from,
             until: u64::MAX,
@@ -134,9 +137,29 @@ impl Gate {
         hit
     }
 
-    /// Events a rate change left out of the sample (see the module doc).
+    /// Events a rate change left out of the sample (see the module doc), and I/Os
+    /// [`Gate::left_out`].
     pub fn resampled(&self) -> u64 {
         self.resampled
+    }
+
+    /// The kernel filter tests `mask` (a fixed rate, or where a varying one starts).
+    pub fn set_mask(&mut self, mask: u64) {
+        self.mask = mask;
+    }
+
+    /// Whether the kernel filter keeps the events of an I/O whose sample value became
+    /// `v` after it began (a block request whose start a bio merged in front of moved).
+    /// While a change is in progress, only if the stricter mask keeps it.
+    pub fn keeps(&self, v: u64) -> bool {
+        v & self.mask == 0 && self.windows.iter().all(|w| w.paused || v & w.strict == 0)
+    }
+
+    /// An I/O begun in the sample whose later events the filter leaves out, or begun
+    /// out of it whose later events it keeps, is left out: counted with
+    /// [`Gate::resampled`].
+    pub fn left_out(&mut self) {
+        self.resampled += 1;
     }
 }
 

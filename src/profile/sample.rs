@@ -281,19 +281,24 @@ mod plan_tests {
             .collect())
     }
 
+    /// Bar the front merge, opened whole: it moves a request's start, in or out of the
+    /// sample, and the correlator must see both.
     #[test]
     fn block_events_all_test_the_same_sector_bits() {
         let f = filters("block", &["--sample", "8"]).unwrap();
         assert!(f.len() >= 3, "{f:?}");
         for (e, filter) in &f {
-            assert_eq!(
-                filter, "!(sector & 8) && !(sector & 16) && !(sector & 32)",
-                "{e}"
-            );
+            let want = match e.as_str() {
+                "block:block_bio_frontmerge" => "",
+                _ => "!(sector & 8) && !(sector & 16) && !(sector & 32)",
+            };
+            assert_eq!(filter, want, "{e}");
         }
         let f = filters("block", &["--sample", "4", "--sample-align", "65536"]).unwrap();
         for (e, filter) in &f {
-            assert_eq!(filter, "!(sector & 128) && !(sector & 256)", "{e}");
+            if e != "block:block_bio_frontmerge" {
+                assert_eq!(filter, "!(sector & 128) && !(sector & 256)", "{e}");
+            }
         }
         assert!(filters("block", &[])
             .unwrap()

@@ -11,7 +11,7 @@ use super::{sample, EventReq, Need, Plan, PlanBuilder, PlanCtx, PlanError, Profi
 use crate::device::BlockDevice;
 use crate::filter::Filter;
 use crate::profile::shared::block_events::{BlockEvent, BlockLayout};
-use crate::profile::shared::select::{dev_filter, device_args, devices, sector_sample};
+use crate::profile::shared::select::{dev_filter, device_args, devices, sector_sample_mask};
 use crate::profile::Descriptor;
 use crate::record::Tabled;
 use correlate::{BlockConfig, BlockCorrelator};
@@ -105,9 +105,20 @@ impl Profile for Block {
         let mut b = PlanBuilder::<BlockEvent, BlockLayout>::direct(ctx.tfs);
         let asked = devices(ctx, &mut b)?;
         let devs: Vec<u32> = asked.iter().map(BlockDevice::kernel_dev).collect();
-        let filter = Filter::and(dev_filter(&devs), sector_sample(ctx, &mut b, rate, &asked)?);
+        let names: Vec<String> = asked.iter().map(|d| d.name.clone()).collect();
+        let mask = sector_sample_mask(ctx, &mut b, rate, &names)?;
+        let sampled = Filter::and(
+            dev_filter(&devs),
+            mask.and_then(|m| sample::filter("sector", m)),
+        );
         for e in EVENTS.iter().filter(|e| ctx.opens(e.system, e.event)) {
-            b.open("block", e.event, filter.clone(), |fmt| {
+            // A front merge moves a request's start: seen whole, it tells the
+            // correlator when that takes a request in or out of the sample.
+            let filter = match e.event {
+                "block_bio_frontmerge" => dev_filter(&devs),
+                _ => sampled.clone(),
+            };
+            b.open("block", e.event, filter, |fmt| {
                 BlockLayout::for_event(fmt, e.event)
             })?;
         }
@@ -127,6 +138,7 @@ impl Profile for Block {
             names: ctx.sys.names(),
             inserts,
             sampled: rate > 1 || sample::dynamic(ctx),
+            mask: mask.unwrap_or(0),
             ..Default::default()
         })))
     }

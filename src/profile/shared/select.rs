@@ -54,18 +54,6 @@ pub fn dev_filter(devs: &[u32]) -> Option<Filter> {
     Filter::one_of("dev", &v)
 }
 
-/// `--sample` on the start sector (`sector`; a remap's `old_sector`): the filter that
-/// keeps 1 in `rate` I/Os of the `asked` devices, with the rate recorded in the plan.
-pub fn sector_sample<K: 'static, L: Layout<K> + ?Sized + 'static>(
-    ctx: &PlanCtx<'_>,
-    b: &mut PlanBuilder<'_, K, L>,
-    rate: u32,
-    asked: &[BlockDevice],
-) -> Result<Option<Filter>, PlanError> {
-    let names: Vec<String> = asked.iter().map(|d| d.name.clone()).collect();
-    Ok(sector_sample_mask(ctx, b, rate, &names)?.and_then(|m| sample::filter("sector", m)))
-}
-
 /// The sector bits `--sample` tests (`None` without sampling); the default alignment
 /// takes the logical block sizes of `disks` into account.
 pub fn sector_sample_mask<K: 'static, L: Layout<K> + ?Sized + 'static>(
