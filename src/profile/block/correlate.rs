@@ -319,8 +319,6 @@ pub struct BlockCorrelator {
     /// (`u64::MAX`: none can): from then the depth is not known either, not only from
     /// the next scan, up to a millisecond later.
     stale_at: u64,
-    /// The time of the last event.
-    now: u64,
     gate: Gate,
 }
 
@@ -345,7 +343,6 @@ impl BlockCorrelator {
             suspects: Vec::new(),
             stale: 0,
             stale_at: u64::MAX,
-            now: 0,
             gate,
         }
     }
@@ -973,7 +970,6 @@ impl Correlator for BlockCorrelator {
     type Record = BlockRecord;
 
     fn on_event(&mut self, ev: &Event<BlockEvent>, out: &mut dyn FnMut(BlockRecord)) {
-        self.now = ev.time;
         self.on_block(ev.time, &ev.kind, out);
     }
 
@@ -989,7 +985,10 @@ impl Correlator for BlockCorrelator {
         // it (the window it needed was given up, or taken by a request only slow) and no
         // completion at its place came to show it. Each accounts for one sample still
         // unaccounted, if any are.
-        let (end, seen) = (self.now, self.missing.complete_horizon);
+        // The last scan's time, as the end: a scan runs on every completion once a
+        // completion went missing, at most 1 ms apart (and none is needed before).
+        let end = self.missing.next_scan.saturating_sub(SCAN_EVERY_NS);
+        let seen = self.missing.complete_horizon;
         let mut cuts = self.missing.total();
         left.retain(|(k, p)| {
             let lost =
