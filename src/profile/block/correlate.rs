@@ -828,11 +828,14 @@ impl BlockCorrelator {
         let from = e.sector.saturating_add(u64::from(e.nr_sector));
         let old = (e.dev, from);
         match self.pending.take_where(&old, |p| p.issue.is_none()) {
+            // Its issue and completion will be filtered out: it leaves now.
+            Some((p, _)) if !kept => {
+                self.left_out(e.dev, &Pending { outside: true, ..p });
+            }
             Some((mut p, _)) => {
                 p.sector = e.sector;
                 p.bytes += (e.nr_sector as u64) << 9;
                 p.remaining = p.remaining.saturating_add(e.nr_sector);
-                p.outside |= !kept;
                 self.add((e.dev, e.sector), p, out);
             }
             None if kept && self.cfg.sampled && !self.gate.keeps(from) => {
