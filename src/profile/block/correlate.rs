@@ -313,7 +313,8 @@ pub struct BlockCorrelator {
     /// that still comes at their place within [`SUSPECT_HOLD_NS`] is theirs after all.
     suspects: Vec<Suspect>,
     /// Requests in the depth, as of the last scan, that look as if they lost their
-    /// completion and were not found ([`PRESUMED`]): the depth is not known.
+    /// completion and were not found ([`SURELY`] with a completion missing since their
+    /// issue, else [`PRESUMED`]): the depth is not known.
     stale: u64,
     /// When the next request in the depth, as of the last scan, comes to look like one
     /// (`u64::MAX`: none can): from then the depth is not known either, not only from
@@ -521,7 +522,14 @@ impl BlockCorrelator {
             let Some(issue) = p.issue.filter(|&i| i <= horizon) else {
                 return;
             };
-            let looks_lost = issue.saturating_add(PRESUMED(self.certain_d2c(k.0)));
+            // With a completion missing since its issue, as soon as a scan would take
+            // it for the one that lost it (were that window not used up by then).
+            let limit = if issue <= self.missing.complete_horizon {
+                SURELY
+            } else {
+                PRESUMED
+            };
+            let looks_lost = issue.saturating_add(limit(self.certain_d2c(k.0)));
             if search && self.lost_completion(k.0, p, t, SURELY) {
                 lost.push((k.0, k.1, issue, looks_lost));
             } else {
@@ -1764,24 +1772,25 @@ mod tests {
     }
 
     /// X lost the one completion missing, Y (only slow) took it at the scan: X is not
-    /// found and not yet past [`PRESUMED`], so it is counted in the depth. Once past it,
-    /// the depth is not known from that moment, not from the next scan (up to 1 ms
-    /// later): under sustained overflow that millisecond gave rows up to 13 deeper than
-    /// fio's iodepth, 1 run in 7 (2026-11-27).
+    /// found and not yet past [`SURELY`] (200 µs here), so it is counted in the depth.
+    /// Once past it, the depth is not known from that moment, not from the next scan
+    /// (up to 1 ms later), and not only past [`PRESUMED`]: under sustained overflow
+    /// those gave 43-114 rows up to 23 deeper than fio's iodepth, 3 runs in 33
+    /// (2026-11-27).
     #[test]
     fn the_depth_is_unknown_as_soon_as_a_request_not_found_looks_lost() {
         use BlockKind::*;
         let mut evs = pairings_of_100us();
         evs.push(ev(950_000, Issue, 16, 8, Op::Read));
-        evs.push(ev(1_000_000, Issue, 8, 8, Op::Read));
+        evs.push(ev(1_450_000, Issue, 8, 8, Op::Read));
         evs.push(ev(1_500_000, Issue, 3000, 8, Op::Read));
         evs.push(ev(1_600_000, Complete, 3000, 8, Op::Read));
-        // X in flight 1.1 ms (PRESUMED: 1.2 ms), then 1.3 ms; no scan between.
-        evs.push(ev(2_100_000, Issue, 5000, 8, Op::Read));
-        evs.push(ev(2_150_000, Complete, 5000, 8, Op::Read));
-        evs.push(ev(2_300_000, Issue, 6000, 8, Op::Read));
-        evs.push(ev(2_400_000, Complete, 6000, 8, Op::Read));
-        let (r, _) = run_missing(&evs, &[(12, COMPLETE, 1, 1_200_000)]);
+        // X in flight 170 µs, then 250 µs; no scan between.
+        evs.push(ev(1_620_000, Issue, 5000, 8, Op::Read));
+        evs.push(ev(1_630_000, Complete, 5000, 8, Op::Read));
+        evs.push(ev(1_700_000, Issue, 6000, 8, Op::Read));
+        evs.push(ev(1_710_000, Complete, 6000, 8, Op::Read));
+        let (r, _) = run_missing(&evs, &[(12, COMPLETE, 1, 1_500_000)]);
         let qd = |sector| r.iter().find(|r| r.sector == sector).map(|r| r.qd);
         assert_eq!(qd(5000), Some(Some(2)), "{r:?}");
         assert_eq!(qd(6000), Some(None), "{r:?}");
