@@ -1099,10 +1099,15 @@ mod tests {
     }
 
     fn run(events: &[Ev], max: usize) -> (Vec<BlockRecord>, Counters) {
-        let mut c = BlockCorrelator::new(BlockConfig {
+        let cfg = BlockConfig {
             max_in_flight: max,
             ..Default::default()
-        });
+        };
+        run_with(cfg, events)
+    }
+
+    fn run_with(cfg: BlockConfig, events: &[Ev]) -> (Vec<BlockRecord>, Counters) {
+        let mut c = BlockCorrelator::new(cfg);
         let mut out = Vec::new();
         for e in events {
             c.on_event(e, &mut |r| out.push(r));
@@ -1623,19 +1628,20 @@ mod tests {
 
     /// `--sample 8` with 4 KiB alignment keeps sectors with bits 0x38 clear: 2880 and
     /// 4096 are in the sample, 2872 and 2888 are not. The kernel leaves out every
-    /// event at a sector out of it, bar the front merges (opened whole).
-    fn run_sampled(events: &[Ev]) -> (Vec<BlockRecord>, Counters) {
-        let mut c = BlockCorrelator::new(BlockConfig {
+    /// event at a sector out of it, bar the front merges (opened whole). One row is
+    /// written, at `sector` with queue-to-complete `q2c`; the counters `incomplete`,
+    /// `resampled` and `merged` are as given.
+    fn sampled_one_row(events: &[Ev], sector: u64, q2c: u64, counts: (u64, u64, u64)) {
+        let cfg = BlockConfig {
             sampled: true,
             mask: 0x38,
             ..Default::default()
-        });
-        let mut r = Vec::new();
-        for e in events {
-            c.on_event(e, &mut |x| r.push(x));
-        }
-        c.finish(&mut |x| r.push(x));
-        (r, c.counters())
+        };
+        let (r, c) = run_with(cfg, events);
+        assert_eq!(r.len(), 1, "{r:?}");
+        let row = (r[0].sector, r[0].q2c_ns, r[0].status);
+        assert_eq!(row, (sector, Some(q2c), Status::Ok), "{r:?}");
+        assert_eq!((c.incomplete, c.resampled, c.merged), counts, "{c:?}");
     }
 
     /// Two fio jobs: a bio at 2872 merged in front of the request queued at 2880 moves
@@ -1644,16 +1650,14 @@ mod tests {
     #[test]
     fn a_request_a_front_merge_moves_out_of_the_sample_is_left_out_whole() {
         use BlockKind::*;
-        let (r, c) = run_sampled(&[
+        let evs = [
             ev(100, Insert, 2880, 8, Op::Write),
             ev(110, Insert, 4096, 8, Op::Write),
             ev(150, BioFrontMerge, 2872, 8, Op::Write),
             ev(200, Issue, 4096, 8, Op::Write),
             ev(300, Complete, 4096, 8, Op::Write),
-        ]);
-        assert_eq!(r.len(), 1, "{r:?}");
-        assert_eq!((r[0].sector, r[0].status), (4096, Status::Ok));
-        assert_eq!((c.incomplete, c.resampled, c.merged), (0, 1, 0), "{c:?}");
+        ];
+        sampled_one_row(&evs, 4096, 190, (0, 1, 0));
     }
 
     /// A bio at 2880 merged in front of the request queued at 2888 (out of the sample,
@@ -1662,17 +1666,15 @@ mod tests {
     #[test]
     fn a_request_a_front_merge_moves_into_the_sample_is_left_out_whole() {
         use BlockKind::*;
-        let (r, c) = run_sampled(&[
+        let evs = [
             ev(150, BioFrontMerge, 2880, 8, Op::Write),
             ev(200, Issue, 2880, 16, Op::Write),
             ev(300, Complete, 2880, 16, Op::Write),
             ev(400, Insert, 2880, 8, Op::Write),
             ev(500, Issue, 2880, 8, Op::Write),
             ev(600, Complete, 2880, 8, Op::Write),
-        ]);
-        assert_eq!(r.len(), 1, "{r:?}");
-        assert_eq!((r[0].q2c_ns, r[0].status), (Some(200), Status::Ok));
-        assert_eq!((c.incomplete, c.resampled, c.merged), (0, 1, 1), "{c:?}");
+        ];
+        sampled_one_row(&evs, 2880, 200, (0, 1, 1));
     }
 
     /// The same merge in the submitter's plug (descending writes submitted at once):
@@ -1680,15 +1682,13 @@ mod tests {
     #[test]
     fn a_front_merge_in_the_plug_leaves_the_request_whole() {
         use BlockKind::*;
-        let (r, c) = run_sampled(&[
+        let evs = [
             ev(150, BioFrontMerge, 2880, 8, Op::Write),
             ev(160, Insert, 2880, 16, Op::Write),
             ev(200, Issue, 2880, 16, Op::Write),
             ev(300, Complete, 2880, 16, Op::Write),
-        ]);
-        assert_eq!(r.len(), 1, "{r:?}");
-        assert_eq!((r[0].q2c_ns, r[0].status), (Some(140), Status::Ok));
-        assert_eq!((c.incomplete, c.resampled, c.merged), (0, 0, 1), "{c:?}");
+        ];
+        sampled_one_row(&evs, 2880, 140, (0, 0, 1));
     }
 
     #[test]
