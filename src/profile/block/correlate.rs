@@ -111,6 +111,25 @@ struct Pending {
     outside: bool,
 }
 
+impl Pending {
+    /// A request first seen at event `e`, at `t`, with no stage yet.
+    fn first_seen(t: u64, e: &BlockEvent) -> Pending {
+        Pending {
+            first: t,
+            insert: None,
+            issue: None,
+            requeued: false,
+            sector: e.sector,
+            op: e.op,
+            bytes: u64::from(e.nr_sector) << 9,
+            remaining: e.nr_sector,
+            qd: None,
+            cut: false,
+            outside: false,
+        }
+    }
+}
+
 impl Started for Pending {
     fn started(&self) -> u64 {
         self.first
@@ -661,17 +680,10 @@ impl BlockCorrelator {
         }
         let key = (e.dev, e.sector);
         let fresh = |insert: Option<u64>, issue: Option<u64>| Pending {
-            first: t,
             insert,
             issue,
-            requeued: false,
-            sector: e.sector,
-            op: e.op,
             bytes: e.bytes as u64,
-            remaining: e.nr_sector,
-            qd: None,
-            cut: false,
-            outside: false,
+            ..Pending::first_seen(t, e)
         };
         match e.kind {
             // Bios are not requests; this profile does not open the event.
@@ -848,17 +860,9 @@ impl BlockCorrelator {
             }
             None if kept && self.cfg.sampled && !self.gate.keeps(from) => {
                 let p = Pending {
-                    first: t,
                     insert: Some(t),
-                    issue: None,
-                    requeued: false,
-                    sector: e.sector,
-                    op: e.op,
-                    bytes: u64::from(e.nr_sector) << 9,
-                    remaining: e.nr_sector,
-                    qd: None,
-                    cut: false,
                     outside: true,
+                    ..Pending::first_seen(t, e)
                 };
                 self.add((e.dev, e.sector), p, out);
             }
@@ -887,19 +891,7 @@ impl BlockCorrelator {
             .take_where(&key, |p| p.issue.is_none() && p.first <= horizon)
         {
             Some((p, _)) => p,
-            None => Pending {
-                first: t,
-                insert: None,
-                issue: None,
-                requeued: false,
-                sector: e.sector,
-                op: e.op,
-                bytes: u64::from(e.nr_sector) << 9,
-                remaining: e.nr_sector,
-                qd: None,
-                cut: false,
-                outside: false,
-            },
+            None => Pending::first_seen(t, e),
         };
         self.cut(e.dev, &p, out);
     }
