@@ -37,7 +37,10 @@
 //! Run as root: `cargo run --release --example overhead -- [SECONDS] [ROUNDS] [MODES]`
 //! (default 5 s per run, 5 rounds, every mode; MODES is a comma-separated list of
 //! none, floor, reject, perf, bpftrace, stat, record, stat2, record2 (`--threads 2`),
-//! sample8, sample64, serve, maxrate). Installs fio, bpftrace and perf with apt-get
+//! sample8, sample64, serve, maxrate, and two diagnostics: burn (the floor's reader
+//! spinning `OVERHEAD_BURN_MS`, default 40, ms of CPU per s: what that much CPU costs
+//! the workload when it does nothing with the samples) and statidle, recordidle (`stat`
+//! and `record` under `chrt --idle`)). Installs fio, bpftrace and perf with apt-get
 //! when they are missing.
 
 use std::path::PathBuf;
@@ -175,6 +178,7 @@ fn cpu_time(pid: u32) -> Duration {
 enum Mode {
     None,
     Drain,
+    Burn,
     Reject,
     Perf,
     Bpftrace,
@@ -182,15 +186,18 @@ enum Mode {
     Record,
     Stat2,
     Record2,
+    StatIdle,
+    RecordIdle,
     Sample8,
     Sample64,
     Serve,
     MaxRatePair,
 }
 
-const MODES: [Mode; 13] = [
+const MODES: [Mode; 16] = [
     Mode::None,
     Mode::Drain,
+    Mode::Burn,
     Mode::Reject,
     Mode::Perf,
     Mode::Bpftrace,
@@ -198,6 +205,8 @@ const MODES: [Mode; 13] = [
     Mode::Record,
     Mode::Stat2,
     Mode::Record2,
+    Mode::StatIdle,
+    Mode::RecordIdle,
     Mode::Sample8,
     Mode::Sample64,
     Mode::Serve,
@@ -209,6 +218,7 @@ impl Mode {
         match self {
             Mode::None => "no tracer",
             Mode::Drain => "floor: rings drained, nothing decoded",
+            Mode::Burn => "floor + CPU burnt (OVERHEAD_BURN_MS per s)",
             Mode::Reject => "filter floor: events on, every sample filtered out",
             Mode::Perf => "perf record -a",
             Mode::Bpftrace => "bpftrace issue→complete hist()",
@@ -216,6 +226,8 @@ impl Mode {
             Mode::Record => "ntprof-perf record (CSV)",
             Mode::Stat2 => "ntprof-perf stat --threads 2",
             Mode::Record2 => "ntprof-perf record --threads 2",
+            Mode::StatIdle => "ntprof-perf stat, SCHED_IDLE",
+            Mode::RecordIdle => "ntprof-perf record, SCHED_IDLE",
             Mode::Sample8 => "ntprof-perf stat --sample 8",
             Mode::Sample64 => "ntprof-perf stat --sample 64",
             Mode::Serve => "ntprof-perf serve (defaults: --max-rate 2000 --duty 3/60)",
@@ -228,11 +240,14 @@ impl Mode {
         matches!(
             self,
             Mode::Drain
+                | Mode::Burn
                 | Mode::Reject
                 | Mode::Stat
                 | Mode::Record
                 | Mode::Stat2
                 | Mode::Record2
+                | Mode::StatIdle
+                | Mode::RecordIdle
                 | Mode::Sample8
                 | Mode::Sample64
                 | Mode::Serve
@@ -244,6 +259,7 @@ impl Mode {
         match self {
             Mode::None => "none",
             Mode::Drain => "floor",
+            Mode::Burn => "burn",
             Mode::Reject => "reject",
             Mode::Perf => "perf",
             Mode::Bpftrace => "bpftrace",
@@ -251,6 +267,8 @@ impl Mode {
             Mode::Record => "record",
             Mode::Stat2 => "stat2",
             Mode::Record2 => "record2",
+            Mode::StatIdle => "statidle",
+            Mode::RecordIdle => "recordidle",
             Mode::Sample8 => "sample8",
             Mode::Sample64 => "sample64",
             Mode::Serve => "serve",
@@ -269,7 +287,14 @@ struct Ctx {
 impl Ctx {
     fn start(&self, m: Mode) -> Vec<Child> {
         let ntprof = |extra: &[&str]| {
-            let mut c = Command::new(&self.bin);
+            // SCHED_IDLE: the reader runs only on time no other task wants.
+            let mut c = if matches!(m, Mode::StatIdle | Mode::RecordIdle) {
+                let mut c = Command::new("chrt");
+                c.args(["--idle", "0"]).arg(&self.bin);
+                c
+            } else {
+                Command::new(&self.bin)
+            };
             c.args(extra).args(["-p", "block", "-d", &self.dev]);
             if extra[0] == "record" {
                 c.arg("-o").arg(self.scratch.join("io.csv"));
@@ -293,11 +318,15 @@ impl Ctx {
                 std::thread::sleep(Duration::from_millis(1500));
                 return vec![full, sampled];
             }
-            Mode::Drain | Mode::Reject => {
+            Mode::Drain | Mode::Burn | Mode::Reject => {
                 let mut c = Command::new(std::env::current_exe().expect("own path"));
                 c.args(["--drain-floor", &self.kdev.to_string()]);
                 if m == Mode::Reject {
                     c.arg("--reject");
+                }
+                if m == Mode::Burn {
+                    let ms = std::env::var("OVERHEAD_BURN_MS").unwrap_or_else(|_| "40".into());
+                    c.args(["--burn", &ms]);
                 }
                 c.stdout(Stdio::piped()).stderr(Stdio::piped());
                 c
@@ -331,6 +360,8 @@ impl Ctx {
             Mode::Record => ntprof(&["record"]),
             Mode::Stat2 => ntprof(&["stat", "--interval", "0", "--threads", "2"]),
             Mode::Record2 => ntprof(&["record", "--threads", "2"]),
+            Mode::StatIdle => ntprof(&["stat", "--interval", "0"]),
+            Mode::RecordIdle => ntprof(&["record"]),
             Mode::Sample8 => ntprof(&["stat", "--interval", "0", "--sample", "8"]),
             Mode::Sample64 => ntprof(&["stat", "--interval", "0", "--sample", "64"]),
             Mode::Serve => ntprof(&["serve", "--listen", "127.0.0.1:19857"]),
@@ -557,7 +588,7 @@ fn loadavg() -> String {
 /// `lost N` when SIGINT ends it. With `reject`, each filter also asks for a sector no
 /// I/O has: the events are on and every hit is filled and tested, but nothing is
 /// written, which is all that in-kernel sampling (`--sample`, `--max-rate`) can save.
-fn drain_floor(kdev: u64, reject: bool) {
+fn drain_floor(kdev: u64, reject: bool, burn_ms_per_s: u64) {
     use ntprof_perf::perf::group::{EventSpec, GroupConfig, PerfGroup};
     use std::sync::atomic::{AtomicBool, Ordering};
     let stop = std::sync::Arc::new(AtomicBool::new(false));
@@ -592,10 +623,21 @@ fn drain_floor(kdev: u64, reject: bool) {
     let mut g = PerfGroup::open(&cfg).expect("open the events");
     g.enable().expect("enable");
     let mut samples = 0;
+    let mut last = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let _ = g.wait(Duration::from_millis(20));
         for r in 0..g.ring_count() {
             samples += g.drain_ring(r, |_| {}).samples;
+        }
+        if burn_ms_per_s > 0 {
+            // CPU spent on nothing, in proportion to the time since the last round, as a
+            // reader's work on the samples of that time would be.
+            let spin = last.elapsed() * burn_ms_per_s as u32 / 1000;
+            last = std::time::Instant::now();
+            while last.elapsed() < spin {
+                std::hint::spin_loop();
+            }
+            last = std::time::Instant::now();
         }
     }
     let _ = g.disable();
@@ -609,11 +651,17 @@ fn drain_floor(kdev: u64, reject: bool) {
 fn main() {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some("--drain-floor") {
+        let burn = argv
+            .iter()
+            .position(|a| a == "--burn")
+            .and_then(|i| argv.get(i + 1)?.parse().ok())
+            .unwrap_or(0);
         drain_floor(
             argv.get(2)
                 .and_then(|k| k.parse().ok())
-                .expect("--drain-floor KDEV [--reject]"),
+                .expect("--drain-floor KDEV [--reject] [--burn MS_PER_S]"),
             argv.get(3).map(String::as_str) == Some("--reject"),
+            burn,
         );
         return;
     }
@@ -773,14 +821,20 @@ fn main() {
     // rounds that the ratios of medians carry (on this 2-vCPU VM the floor alone moves
     // by ±0.04 between runs). In the targets' units: 0.03 is 3 % of untraced IOPS.
     let pairs = [
-        (Mode::Stat, Mode::Drain, -0.03),
-        (Mode::Record, Mode::Drain, -0.03),
-        (Mode::Stat, Mode::Bpftrace, 0.0),
-        (Mode::Record, Mode::Perf, 0.0),
+        (Mode::Stat, Mode::Drain, -0.03, true),
+        (Mode::Record, Mode::Drain, -0.03, true),
+        (Mode::Stat, Mode::Bpftrace, 0.0, true),
+        (Mode::Record, Mode::Perf, 0.0, true),
+        // Diagnostics, no target: is a reader's cost its CPU time alone (the floor
+        // burning as much), and does giving way to the workload (SCHED_IDLE) help?
+        (Mode::Stat, Mode::Burn, 0.0, false),
+        (Mode::Burn, Mode::Drain, -0.03, false),
+        (Mode::StatIdle, Mode::Stat, 0.0, false),
+        (Mode::RecordIdle, Mode::Record, 0.0, false),
     ];
     let at = |m: Mode| modes.iter().position(|x| *x == m);
     let mut head_to_head = Vec::new();
-    for (a, b, margin) in pairs {
+    for (a, b, margin, is_target) in pairs {
         let (Some(i), Some(j)) = (at(a), at(b)) else {
             continue;
         };
@@ -790,17 +844,18 @@ fn main() {
         let won = r.iter().filter(|&&d| d >= margin).count();
         let med = median(&mut r);
         let q = |f: f64| r[((r.len() - 1) as f64 * f).round() as usize];
-        head_to_head.push((a, b, margin, med, q(0.25), q(0.75), won, r.len()));
+        head_to_head.push((a, b, margin, is_target, med, q(0.25), q(0.75), won, r.len()));
     }
     if !head_to_head.is_empty() {
         println!();
         println!("Head to head, within each round (the first's ratio to that round's untraced IOPS, less the second's):");
         println!();
-        println!("| pair | median | middle half of the rounds | rounds at or above the target |");
+        println!("| pair | median | middle half of the rounds | rounds at or above the mark |");
         println!("|---|---|---|---|");
-        for (a, b, margin, med, lo, hi, won, n) in &head_to_head {
+        for (a, b, margin, is_target, med, lo, hi, won, n) in &head_to_head {
+            let what = if *is_target { "target" } else { "no target" };
             println!(
-                "| {} against {} | {med:+.3} | {lo:+.3} to {hi:+.3} | {won} of {n} (target {margin:+.2}) |",
+                "| {} against {} | {med:+.3} | {lo:+.3} to {hi:+.3} | {won} of {n} ({what} {margin:+.2}) |",
                 a.key(),
                 b.key()
             );
@@ -832,7 +887,7 @@ fn main() {
         "record ≥ perf record",
         all(&[Mode::Record, Mode::Perf]).map(|r| r[0] >= r[1]),
     );
-    for (a, b, margin, med, ..) in &head_to_head {
+    for (a, b, margin, _, med, ..) in head_to_head.iter().filter(|h| h.3) {
         target(
             &format!("{} − {} ≥ {margin:+.2} head to head", a.key(), b.key()),
             Some(*med >= *margin),
