@@ -632,7 +632,8 @@ fn drain_floor(kdev: u64, reject: bool, burn_ms_per_s: u64) {
         if burn_ms_per_s > 0 {
             // CPU spent on nothing, in proportion to the time since the last round, as a
             // reader's work on the samples of that time would be.
-            let spin = last.elapsed() * burn_ms_per_s as u32 / 1000;
+            // At most all of it: more than 1000 ms per s is not a rate.
+            let spin = last.elapsed() * burn_ms_per_s.min(1000) as u32 / 1000;
             last = std::time::Instant::now();
             while last.elapsed() < spin {
                 std::hint::spin_loop();
