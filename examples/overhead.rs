@@ -356,12 +356,11 @@ impl Ctx {
                     .stderr(Stdio::piped());
                 c
             }
-            Mode::Stat => ntprof(&["stat", "--interval", "0"]),
-            Mode::Record => ntprof(&["record"]),
+            // The SCHED_IDLE modes are the same commands, under `chrt` (see `ntprof`).
+            Mode::Stat | Mode::StatIdle => ntprof(&["stat", "--interval", "0"]),
+            Mode::Record | Mode::RecordIdle => ntprof(&["record"]),
             Mode::Stat2 => ntprof(&["stat", "--interval", "0", "--threads", "2"]),
             Mode::Record2 => ntprof(&["record", "--threads", "2"]),
-            Mode::StatIdle => ntprof(&["stat", "--interval", "0"]),
-            Mode::RecordIdle => ntprof(&["record"]),
             Mode::Sample8 => ntprof(&["stat", "--interval", "0", "--sample", "8"]),
             Mode::Sample64 => ntprof(&["stat", "--interval", "0", "--sample", "64"]),
             Mode::Serve => ntprof(&["serve", "--listen", "127.0.0.1:19857"]),
@@ -634,8 +633,8 @@ fn drain_floor(kdev: u64, reject: bool, burn_ms_per_s: u64) {
             // reader's work on the samples of that time would be.
             // At most all of it: more than 1000 ms per s is not a rate.
             let spin = last.elapsed() * burn_ms_per_s.min(1000) as u32 / 1000;
-            last = std::time::Instant::now();
-            while last.elapsed() < spin {
+            let start = std::time::Instant::now();
+            while start.elapsed() < spin {
                 std::hint::spin_loop();
             }
             last = std::time::Instant::now();
