@@ -9,7 +9,7 @@
 
 use super::{Health, SinkError};
 use crate::correlate::FxMap;
-use crate::record::{IoRecord, Row, RowError, Schema, Status};
+use crate::record::{label_key, IoRecord, Row, RowError, Schema, Status, Value};
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value as Json};
 use std::fmt::Write as _;
@@ -118,12 +118,13 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 pub struct StatTable {
     schema: &'static Schema,
     groups: Vec<Group>,
-    /// The labels themselves are the key (no hash stands in for them): each label's
-    /// text followed by its length in 4 bytes, so no two label lists share a key (read
-    /// from the end, the lengths split it back). A lookup borrows the rendered key and
-    /// only a new group allocates.
+    /// The labels themselves are the key (no hash stands in for them; see
+    /// [`label_key`]). A lookup borrows the rendered key and only a new group
+    /// allocates.
     index: FxMap<Vec<u8>, usize>,
     key: Vec<u8>,
+    /// The record's stage latencies, in stage order (scratch for [`StatTable::add`]).
+    ns: Vec<Option<u64>>,
     /// The group the previous record went to, and its key: consecutive records are
     /// mostly of one group, found without hashing.
     last: Option<usize>,
@@ -136,22 +137,15 @@ impl StatTable {
             groups: Vec::new(),
             index: FxMap::default(),
             key: Vec::new(),
+            ns: Vec::new(),
             last: None,
         }
     }
 
-    fn end_label(&mut self, start: usize) {
-        let len = u32::try_from(self.key.len() - start).unwrap_or(u32::MAX);
-        self.key.extend_from_slice(&len.to_le_bytes());
-    }
-
     pub fn add(&mut self, r: &dyn IoRecord, sample: u32) {
         self.key.clear();
-        for &i in &self.schema.labels {
-            let start = self.key.len();
-            r.value(i).write_bytes(&mut self.key);
-            self.end_label(start);
-        }
+        self.ns.clear();
+        r.stat_cells(&mut self.key, &mut self.ns);
         let g = self.group(|| {
             r.schema()
                 .labels
@@ -165,13 +159,8 @@ impl StatTable {
         g.estimated += n - 1;
         g.variance += n * (n - 1);
         let weight = u32::try_from(n).unwrap_or(u32::MAX);
-        for ((h, c), &i) in g
-            .stages
-            .iter_mut()
-            .zip(&mut g.counts)
-            .zip(&self.schema.stages)
-        {
-            if let Some(v) = r.value(i).as_ns() {
+        for ((h, c), &v) in g.stages.iter_mut().zip(&mut g.counts).zip(&self.ns) {
+            if let Some(v) = v {
                 h.saturating_record_n(v.min(MAX_NS), weight);
                 *c += 1;
             }
@@ -211,10 +200,8 @@ impl StatTable {
         }
         self.key.clear();
         for &i in &self.schema.labels {
-            let start = self.key.len();
             let cell = row.cells.get(i).copied().unwrap_or("");
-            self.key.extend_from_slice(cell.as_bytes());
-            self.end_label(start);
+            label_key(&mut self.key, &Value::Str(cell));
         }
         let g = self.group(|| {
             row.schema
@@ -608,7 +595,7 @@ impl crate::pipeline::RecordSink for StatSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Tabled;
+    use crate::record::{Role, Tabled};
     use crate::sink::testrec::T;
 
     fn table() -> StatTable {
@@ -618,6 +605,94 @@ mod tests {
         }
         t.add(&T::new(0, "read\"x", Some(5000), None), 1);
         t
+    }
+
+    /// A record of 40 columns, more than `stat_cells` unrolls, with labels and stages
+    /// on both sides of the unrolled part, in every kind of value.
+    struct Wide(u64);
+
+    macro_rules! wide_columns {
+        ($($i:literal)*) => {
+            &[$(crate::record::col(
+                concat!("c", $i),
+                match $i % 5 {
+                    0 => Role::Label,
+                    1 => Role::Stage,
+                    2 => Role::Total(&[]),
+                    3 => Role::Value,
+                    _ => Role::Place,
+                },
+                crate::record::Kind::U64,
+                |r: &Wide| match ($i + r.0) % 7 {
+                    0 => Value::U64(r.0 + $i),
+                    1 => Value::Empty,
+                    2 => Value::Str(if $i % 2 == 0 { "loop9" } else { "" }),
+                    3 => Value::Named("nvme", $i),
+                    4 => Value::I64(if $i % 2 == 0 { -7 } else { 7 }),
+                    5 => Value::Dev((259 << 20) | $i),
+                    _ => Value::String(format!("x{}", r.0)),
+                },
+            )),*]
+        };
+    }
+
+    static WIDE: &[crate::record::Column<Wide>] = wide_columns!(
+        0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
+        30 31 32 33 34 35 36 37 38 39
+    );
+
+    impl Tabled for Wide {
+        const PROFILE: &'static str = "wide";
+        const COLUMNS: &'static [crate::record::Column<Wide>] = WIDE;
+        fn table() -> &'static Schema {
+            static S: std::sync::OnceLock<Schema> = std::sync::OnceLock::new();
+            crate::record::schema_cell::<Self>(&S)
+        }
+        fn first_ns(&self) -> u64 {
+            self.0
+        }
+        fn outcome(&self) -> Status {
+            Status::Ok
+        }
+        fn set_outcome(&mut self, _: Status) {}
+    }
+
+    /// `stat_cells` unrolls the column table: what it gives must be what the schema's
+    /// label and stage lists give through `value(i)`, column by column, for tables
+    /// wider than the unrolling too.
+    #[test]
+    fn stat_cells_are_the_schemas_labels_and_stages() {
+        fn by_schema(r: &dyn IoRecord) -> (Vec<u8>, Vec<Option<u64>>) {
+            let s = r.schema();
+            let mut key = Vec::new();
+            for &i in &s.labels {
+                let start = key.len();
+                r.value(i).write_bytes(&mut key);
+                let len = (key.len() - start) as u32;
+                key.extend_from_slice(&len.to_le_bytes());
+            }
+            let ns = s.stages.iter().map(|&i| r.value(i).as_ns()).collect();
+            (key, ns)
+        }
+        fn unrolled(r: &dyn IoRecord) -> (Vec<u8>, Vec<Option<u64>>) {
+            let (mut key, mut ns) = (Vec::new(), Vec::new());
+            r.stat_cells(&mut key, &mut ns);
+            (key, ns)
+        }
+        assert_eq!(Wide::table().labels.len(), 8);
+        assert_eq!(Wide::table().stages.len(), 16);
+        for n in 0..7 {
+            let r = Wide(n);
+            assert_eq!(unrolled(&r), by_schema(&r), "record {n}");
+        }
+        let rows = [
+            T::new(1, "read", Some(5), Some(-1)),
+            T::new(2, "write", None, Some(9)),
+            T::new(3, "", Some(0), None),
+        ];
+        for r in &rows {
+            assert_eq!(unrolled(r), by_schema(r), "{r:?}");
+        }
     }
 
     #[test]
