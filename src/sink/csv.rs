@@ -510,46 +510,6 @@ mod tests {
         let _ = std::fs::remove_file(path);
     }
 
-    /// A record of 40 columns, more than `write_csv` unrolls, in four kinds of cell.
-    struct Wide(u64);
-
-    macro_rules! wide_columns {
-        ($($i:literal)*) => {
-            &[$(crate::record::col(
-                concat!("c", $i),
-                crate::record::Role::Value,
-                crate::record::Kind::U64,
-                |r: &Wide| match $i % 4 {
-                    0 => Value::U64(r.0 + $i),
-                    1 => Value::Empty,
-                    2 => Value::Str(if $i == 2 { "a,b" } else { "x" }),
-                    _ => Value::Named("nvme", $i),
-                },
-            )),*]
-        };
-    }
-
-    static WIDE: &[crate::record::Column<Wide>] = wide_columns!(
-        0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
-        30 31 32 33 34 35 36 37 38 39
-    );
-
-    impl crate::record::Tabled for Wide {
-        const PROFILE: &'static str = "wide";
-        const COLUMNS: &'static [crate::record::Column<Wide>] = WIDE;
-        fn table() -> &'static Schema {
-            static S: std::sync::OnceLock<Schema> = std::sync::OnceLock::new();
-            crate::record::schema_cell::<Self>(&S)
-        }
-        fn first_ns(&self) -> u64 {
-            self.0
-        }
-        fn outcome(&self) -> crate::record::Status {
-            crate::record::Status::Ok
-        }
-        fn set_outcome(&mut self, _: crate::record::Status) {}
-    }
-
     const CLOCK: i128 = 1_795_219_200_000_000_000;
 
     /// The cells `render` stores, as bytes.
@@ -675,7 +635,7 @@ mod tests {
 
     #[test]
     fn the_unrolled_row_writer_writes_every_column_in_order() {
-        let w = Wide(1000);
+        let w = crate::sink::testrec::Wide(1000);
         let text = String::from_utf8(written(&w)).unwrap();
         assert_eq!(text, String::from_utf8(by_the_table(&w)).unwrap());
         let cells: Vec<&str> = text.split(',').collect();
