@@ -632,6 +632,8 @@ pub trait IoRecord {
 #[inline(always)]
 pub fn label_key(key: &mut Vec<u8>, v: &Value<'_>) {
     let start = key.len();
+    // Labels are text, nearly always `Str`: copied here directly. Through `render` alone
+    // a live `stat` took ≈ 29 more instructions per record (callgrind, 2 labels).
     match v {
         Value::Str(s) => key.extend_from_slice(s.as_bytes()),
         v => v.write_bytes(key),
