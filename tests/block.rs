@@ -642,28 +642,35 @@ fn lost_samples_are_attributed_to_the_ios_they_cost() {
     l.scheduler("none");
     let csv = tmp("loss.csv");
     let json = tmp("loss.json");
-    // A one-page ring at full rate: the kernel must drop samples.
-    let out = run_ok(
-        Command::new(bin())
-            .args(["record", "--mmap-pages", "1", "-d", &l.dev, "-o"])
-            .arg(&csv)
-            .args([
-                "--",
-                "fio",
-                "--name=loss",
-                "--direct=1",
-                "--ioengine=libaio",
-            ])
-            .args(["--iodepth=32", "--rw=randread", "--bs=4k", "--size=64m"])
-            .arg(format!("--filename={}", l.dev))
-            .arg("--output-format=json")
-            .arg(format!("--output={}", json.display())),
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
+    // A one-page ring at full rate: the kernel must drop samples. It keeps up now and
+    // then when fio shares its CPU with another test's load (3 runs in 300 beside a
+    // CPU hog): up to three tries.
+    let record = || {
+        let out = run_ok(
+            Command::new(bin())
+                .args(["record", "--mmap-pages", "1", "-d", &l.dev, "-o"])
+                .arg(&csv)
+                .args([
+                    "--",
+                    "fio",
+                    "--name=loss",
+                    "--direct=1",
+                    "--ioengine=libaio",
+                ])
+                .args(["--iodepth=32", "--rw=randread", "--bs=4k", "--size=64m"])
+                .arg(format!("--filename={}", l.dev))
+                .arg("--output-format=json")
+                .arg(format!("--output={}", json.display())),
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = (0..3)
+        .map(|_| record())
+        .find(|err| health_count(err, "lost ") > 0)
+        .unwrap_or_else(|| panic!("a one-page ring must overflow: no samples lost in 3 runs"));
     let fio = fio_ios(&json);
     let rows = read_csv(&csv);
     let lost = health_count(&err, "lost ");
-    assert!(lost > 0, "a one-page ring must overflow: {err}");
     // `lost N (cpu0:… cpu1:…)  dropped D, costing C I/Os`
     let cost: u64 = err
         .split("costing ")
