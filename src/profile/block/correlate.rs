@@ -447,7 +447,7 @@ impl BlockCorrelator {
         let s = &self.suspects[i];
         let issue = s.p.issue.unwrap_or(0);
         let soon = PRESUMED(self.certain_d2c(key.0));
-        if self.in_flight_past(key.0, &s.p, t, PRESUMED) && t.saturating_sub(s.at) > soon {
+        if past(&s.p, t, soon) && t.saturating_sub(s.at) > soon {
             let later = |w: &Window| w.after < t && w.before > issue;
             if self.missing.issue.take(later).is_some() {
                 return Cleared::Withheld { issue_found: true };
