@@ -37,7 +37,8 @@
 //! Run as root: `cargo run --release --example overhead -- [SECONDS] [ROUNDS] [MODES]`
 //! (default 5 s per run, 5 rounds, every mode; MODES is a comma-separated list of
 //! none, floor, reject, perf, bpftrace, stat, record, stat2, record2 (`--threads 2`),
-//! sample8, sample64, serve, maxrate, and two diagnostics: burn (the floor's reader
+//! statdefer, recorddefer (`--defer`: the CPU shown is the reader's while fio runs; the
+//! correlating after it is in the exit line, not in the table), sample8, sample64, serve, maxrate, and two diagnostics: burn (the floor's reader
 //! spinning `OVERHEAD_BURN_MS`, default 40, ms of CPU per s: what that much CPU costs
 //! the workload when it does nothing with the samples) and statidle, recordidle (`stat`
 //! and `record` under `chrt --idle`)). Installs fio, bpftrace and perf with apt-get
@@ -186,6 +187,8 @@ enum Mode {
     Record,
     Stat2,
     Record2,
+    StatDefer,
+    RecordDefer,
     StatIdle,
     RecordIdle,
     Sample8,
@@ -194,7 +197,7 @@ enum Mode {
     MaxRatePair,
 }
 
-const MODES: [Mode; 16] = [
+const MODES: [Mode; 18] = [
     Mode::None,
     Mode::Drain,
     Mode::Burn,
@@ -205,6 +208,8 @@ const MODES: [Mode; 16] = [
     Mode::Record,
     Mode::Stat2,
     Mode::Record2,
+    Mode::StatDefer,
+    Mode::RecordDefer,
     Mode::StatIdle,
     Mode::RecordIdle,
     Mode::Sample8,
@@ -226,6 +231,8 @@ impl Mode {
             Mode::Record => "ntprof-perf record (CSV)",
             Mode::Stat2 => "ntprof-perf stat --threads 2",
             Mode::Record2 => "ntprof-perf record --threads 2",
+            Mode::StatDefer => "ntprof-perf stat --defer",
+            Mode::RecordDefer => "ntprof-perf record --defer",
             Mode::StatIdle => "ntprof-perf stat, SCHED_IDLE",
             Mode::RecordIdle => "ntprof-perf record, SCHED_IDLE",
             Mode::Sample8 => "ntprof-perf stat --sample 8",
@@ -246,6 +253,8 @@ impl Mode {
                 | Mode::Record
                 | Mode::Stat2
                 | Mode::Record2
+                | Mode::StatDefer
+                | Mode::RecordDefer
                 | Mode::StatIdle
                 | Mode::RecordIdle
                 | Mode::Sample8
@@ -267,6 +276,8 @@ impl Mode {
             Mode::Record => "record",
             Mode::Stat2 => "stat2",
             Mode::Record2 => "record2",
+            Mode::StatDefer => "statdefer",
+            Mode::RecordDefer => "recorddefer",
             Mode::StatIdle => "statidle",
             Mode::RecordIdle => "recordidle",
             Mode::Sample8 => "sample8",
@@ -361,6 +372,8 @@ impl Ctx {
             Mode::Record | Mode::RecordIdle => ntprof(&["record"]),
             Mode::Stat2 => ntprof(&["stat", "--interval", "0", "--threads", "2"]),
             Mode::Record2 => ntprof(&["record", "--threads", "2"]),
+            Mode::StatDefer => ntprof(&["stat", "--interval", "0", "--defer"]),
+            Mode::RecordDefer => ntprof(&["record", "--defer"]),
             Mode::Sample8 => ntprof(&["stat", "--interval", "0", "--sample", "8"]),
             Mode::Sample64 => ntprof(&["stat", "--interval", "0", "--sample", "64"]),
             Mode::Serve => ntprof(&["serve", "--listen", "127.0.0.1:19857"]),
@@ -831,6 +844,12 @@ fn main() {
         (Mode::Burn, Mode::Drain, -0.03, false),
         (Mode::StatIdle, Mode::Stat, 0.0, false),
         (Mode::RecordIdle, Mode::Record, 0.0, false),
+        // `--defer`: the reader copies, the rest waits for the end of the run.
+        (Mode::StatDefer, Mode::Drain, -0.03, false),
+        (Mode::RecordDefer, Mode::Drain, -0.03, false),
+        (Mode::StatDefer, Mode::Stat, 0.0, false),
+        (Mode::RecordDefer, Mode::Record, 0.0, false),
+        (Mode::RecordDefer, Mode::Perf, 0.0, false),
     ];
     let at = |m: Mode| modes.iter().position(|x| *x == m);
     let mut head_to_head = Vec::new();

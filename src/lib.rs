@@ -14,6 +14,7 @@
 
 pub mod correlate;
 pub mod decode;
+pub mod defer;
 pub mod device;
 pub mod filter;
 pub mod import;

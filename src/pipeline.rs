@@ -585,10 +585,24 @@ pub fn run_live(
     let ended = result.and_then(|reason| {
         disabled?;
         counting.finish(group, pipe, sink)?;
-        let mut first_err = None;
-        pipe.finish(&mut |r, n| deliver(sink, r, n, &mut first_err));
-        first_err.map_or(Ok(reason), |e| Err(e.into()))
+        Ok(reason)
     });
+    let ended = match ended {
+        // A sink that failed takes no more records.
+        Err(e @ RunError::Sink(_)) => Err(e),
+        // Whatever else ended the run, what was read is correlated and handed on: a
+        // failed ring read must not cost the rows of the samples read before it (with
+        // `--defer`, every sample of the run).
+        ended => {
+            let mut first_err = None;
+            pipe.finish(&mut |r, n| deliver(sink, r, n, &mut first_err));
+            match (ended, first_err) {
+                (Ok(reason), None) => Ok(reason),
+                (Ok(_), Some(e)) => Err(e.into()),
+                (Err(e), _) => Err(e),
+            }
+        }
+    };
     let mut h = counting.health(group, pipe);
     sampled(&mut h, rate.as_deref());
     match ended {

@@ -736,7 +736,35 @@ fn under_load_with_two_threads_every_io_is_accounted_the_same() {
     every_io_accounted_under_load("load2", &["--threads", "2"]);
 }
 
-fn every_io_accounted_under_load(name: &str, extra: &[&str]) {
+/// `--defer`: every sample is held and correlated after fio ends, and the rows and
+/// their accounting are those of a live run; with a cap smaller than the run's
+/// samples, the oldest are correlated while tracing, and still nothing changes.
+#[test]
+fn deferred_every_io_is_accounted_the_same_held_or_past_the_cap() {
+    if !kernel_ready("deferred_every_io_is_accounted_the_same_held_or_past_the_cap") {
+        return;
+    }
+    for (name, extra, capped) in [
+        ("loaddefer", &["--defer"][..], false),
+        ("loaddefer1m", &["--defer", "1M"][..], true),
+    ] {
+        let err = every_io_accounted_under_load(name, extra);
+        // `--defer: held X MiB at most; N samples correlated after tracing, in S s[;
+        // M while tracing, past the cap of C MiB …]`
+        let line = err
+            .lines()
+            .find(|l| l.contains("--defer: held "))
+            .unwrap_or_else(|| panic!("{name}: no --defer line: {err}"));
+        let after = number_after(line, "at most; ").unwrap();
+        let early = number_after(line, "s; ").unwrap_or(0);
+        let samples = number_after(&err, "; samples ").unwrap();
+        assert_eq!(after + early, samples, "{name}: {line}\n{err}");
+        // 3 s of fio at QD16 here is ≈ 1 M samples, ≈ 80 MB held: past 1 MiB at once.
+        assert_eq!(early > 0, capped, "{name}: {line}");
+    }
+}
+
+fn every_io_accounted_under_load(name: &str, extra: &[&str]) -> String {
     let l = LoopDev::new(name, 200);
     l.scheduler("none");
     let csv = tmp(&format!("{name}.csv"));
@@ -802,6 +830,7 @@ fn every_io_accounted_under_load(name: &str, extra: &[&str]) {
     eprintln!("{name}: {fio} I/Os, {dropped} dropped rows: {err}");
     let _ = std::fs::remove_file(csv);
     let _ = std::fs::remove_file(json);
+    err.into_owned()
 }
 
 /// `--stages d2c` through a scheduler: the insert (one of the three samples each I/O

@@ -41,6 +41,59 @@ fn stat_json_lines_with_two_threads_count_what_was_issued() {
     stat_json_lines("json2", &["--threads", "2"]);
 }
 
+/// `stat --defer`: nothing is correlated until the command ends, so there are no
+/// interval tables, only the summary, and it counts every I/O. Asking for intervals
+/// (or a second thread) with it is an error that says why.
+#[test]
+fn stat_deferred_prints_one_summary_of_every_io() {
+    if !kernel_ready("stat_deferred_prints_one_summary_of_every_io") {
+        return;
+    }
+    let l = LoopDev::new("statdefer", 64);
+    l.scheduler("mq-deadline");
+    for (bad, why) in [
+        (&["--interval", "1"][..], "--interval"),
+        (&["--threads", "2"][..], "--threads 2"),
+        (&["--max-rate", "100"][..], "--max-rate"),
+    ] {
+        let out = Command::new(bin())
+            .args(["stat", "--defer", "-d", &l.name])
+            .args(bad)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad:?}: {err}");
+        assert!(
+            err.contains("--defer") && err.contains(why),
+            "{bad:?}: {err}"
+        );
+    }
+    let script = format!(
+        "dd if=/dev/zero of={d} bs=8k count=120 oflag=direct status=none && \
+         dd if={d} of=/dev/null bs=4k count=70 iflag=direct status=none",
+        d = l.dev
+    );
+    let out = run_ok(Command::new(bin()).args([
+        "stat", "--defer", "-d", &l.name, "--json", "--", "sh", "-c", &script,
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<Json> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 1, "the summary alone: {text}");
+    let summary = &lines[0];
+    assert_eq!(summary["type"], "summary", "{text}");
+    for (op, n) in [("write", 120), ("read", 70)] {
+        let labels = [("device", l.name.as_str()), ("op", op)];
+        let group = group(summary, &labels).unwrap_or_else(|| panic!("{labels:?}: {summary}"));
+        assert_eq!(group["ios"], n, "every I/O one row: {group}\n{err}");
+    }
+    assert!(err.contains("correlated after tracing"), "{err}");
+}
+
 fn stat_json_lines(name: &str, extra: &[&str]) {
     let l = LoopDev::new(name, 64);
     l.scheduler("mq-deadline");

@@ -5,16 +5,17 @@
 //! its pipeline into a sink.
 
 use super::args::{
-    profile_args, DutyFlag, Format, RecordArgs, Selection, ServeArgs, StatArgs, SERVE_DUTY,
-    SERVE_MAX_RATE,
+    profile_args, DeferSize, DutyFlag, Format, RecordArgs, Selection, ServeArgs, StatArgs,
+    DEFER_DEFAULT, SERVE_DUTY, SERVE_MAX_RATE,
 };
 use super::seconds;
 use anyhow::{bail, Context, Result};
 use clap::parser::ValueSource;
 use nix::unistd::User;
+use ntprof_perf::defer::{DeferStats, Deferred};
 use ntprof_perf::device::SysBlock;
 use ntprof_perf::perf::{online_cpus, EventSpec, GroupConfig, PerfGroup};
-use ntprof_perf::pipeline::{run_live, LiveOptions, RecordSink, RunError, StopReason};
+use ntprof_perf::pipeline::{run_live, LiveOptions, RecordSink, RunError, Stages, StopReason};
 use ntprof_perf::profile::{self, Plan, PlanCtx, Profile};
 use ntprof_perf::rate::Duty;
 use ntprof_perf::serve::Server;
@@ -48,6 +49,8 @@ struct Ready {
     duty: Option<Duty>,
     /// The rate the run starts at (`--sample`, 1 by default).
     start_sample: u32,
+    /// `--defer`: the most memory to hold, bytes.
+    defer: Option<usize>,
 }
 
 fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
@@ -66,6 +69,15 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
             sel.threads
         );
     }
+    if sel.defer.is_some() {
+        if sel.threads > 1 {
+            bail!("--defer: not with --threads 2: a deferred run does its decoding after tracing, when one thread is all it needs");
+        }
+        if sel.max_rate.is_some() {
+            bail!("--defer: not with --max-rate (nor serve): the rate controller steers the sampling by the I/Os it has correlated, which a deferred run correlates only at the end");
+        }
+    }
+    let defer = sel.defer.map(defer_cap).transpose()?;
     let cpus = online_cpus()?;
     let mmap_pages = sel
         .mmap_pages
@@ -125,7 +137,29 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         max_rate: sel.max_rate,
         duty,
         start_sample,
+        defer,
     })
+}
+
+/// `--defer`'s cap in bytes: as given, or 1 GiB and at most a quarter of the memory
+/// available now.
+fn defer_cap(d: DeferSize) -> Result<usize> {
+    let bytes = match d {
+        DeferSize::Bytes(b) => b,
+        DeferSize::Auto => {
+            let meminfo = std::fs::read_to_string("/proc/meminfo")
+                .context("--defer: reading /proc/meminfo for the memory available")?;
+            let kib = meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .context(
+                    "--defer: no MemAvailable in /proc/meminfo; give a size (e.g. --defer 512M)",
+                )?;
+            DEFER_DEFAULT.min(kib.saturating_mul(1024) / 4)
+        }
+    };
+    usize::try_from(bytes).context("--defer: larger than this machine can address")
 }
 
 /// Ring pages per CPU by default: 32 MiB over the CPUs, 1 to 8 MiB each. A few CPUs
@@ -295,6 +329,12 @@ pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
     }
     let interval = if a.interval == 0.0 {
         None
+    } else if a.sel.defer.is_some() {
+        // A deferred run has no table until tracing stops: the summary is all it prints.
+        if flags.value_source("interval") == Some(ValueSource::CommandLine) {
+            bail!("--defer: no --interval tables (everything is correlated after tracing stops); stat --defer prints the summary only");
+        }
+        None
     } else {
         Some(seconds("interval", a.interval)?)
     };
@@ -381,6 +421,18 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             None
         }
     };
+    let mut deferred: Option<Deferred> = None;
+    let pipe: &mut dyn Stages = match r.defer {
+        Some(cap) => deferred.insert(Deferred::new(pipe, cap).on_finish(|n, bytes| {
+            if n > 0 {
+                eprintln!(
+                    "ntprof-perf: tracing stopped; correlating the {n} samples held ({}, --defer)",
+                    mib(bytes)
+                );
+            }
+        })),
+        None => pipe,
+    };
     group.enable()?;
     if let Output::Metrics(sink, server, user) = &mut out {
         drop_privileges(user)?;
@@ -447,6 +499,11 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         ),
         _ => run_live_split(&mut group, pipe, &opts, &mut should_stop, sink),
     };
+    let held = deferred.as_ref().map(|d| d.stats().clone());
+    // The summary covers the time traced, not the correlating after it.
+    let traced = t0
+        .elapsed()
+        .saturating_sub(held.as_ref().map_or(Duration::ZERO, |h| h.after_time));
     // The rate every I/O was sampled at, for the summary and the exit line; with
     // --max-rate it changed (from the rate it started at), and the counts' own line says
     // the rate in effect and how often it changed.
@@ -475,14 +532,14 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         Err(f) => {
             // Rows already handed to the sink are flushed, with the counts as of the
             // error, before reporting it: a failed run still says what it saw and lost.
-            let _ = finish_output(&mut out, &f.health, t0, r.profile, fixed_rate);
+            let _ = finish_output(&mut out, &f.health, traced, r.profile, fixed_rate);
             let what = stopped(&out, |n| format!("after {n} I/Os written to {to}"));
             eprintln!("ntprof-perf: {what}; {}", f.health.line());
             finish_child(child.as_mut(), &stop);
             return Err(f.error.into());
         }
     };
-    if let Err(e) = finish_output(&mut out, &health, t0, r.profile, fixed_rate) {
+    if let Err(e) = finish_output(&mut out, &health, traced, r.profile, fixed_rate) {
         // The last rows did not reach the file (a full disk at the last flush or
         // Parquet commit): the run's counts are still said, with the error after them.
         let what = stopped(&out, |n| format!("closing {to}, {n} I/Os handed to it"));
@@ -509,6 +566,9 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         Some(s) => format!("{rows} ({s})"),
         None => rows,
     };
+    if let (Some(h), Some(cap)) = (&held, r.defer) {
+        eprintln!("ntprof-perf: {}", deferred_line(h, cap));
+    }
     eprintln!("ntprof-perf: {rows}; {}", health.line());
     if health.lost > 0 {
         eprintln!(
@@ -644,10 +704,33 @@ fn stopped(out: &Output, rows: impl Fn(u64) -> String) -> String {
     }
 }
 
+/// Bytes as MiB, for messages.
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
+/// What a `--defer` run held, and when its samples were correlated.
+fn deferred_line(h: &DeferStats, cap: usize) -> String {
+    let mut line = format!(
+        "--defer: held {} at most; {} samples correlated after tracing, in {:.2} s",
+        mib(h.peak),
+        h.after,
+        h.after_time.as_secs_f64()
+    );
+    if h.early > 0 {
+        line.push_str(&format!(
+            "; {} while tracing, past the cap of {} (a larger --defer SIZE holds more)",
+            h.early,
+            mib(cap)
+        ));
+    }
+    line
+}
+
 fn finish_output(
     out: &mut Output,
     health: &Health,
-    t0: Instant,
+    traced: Duration,
     p: &dyn Profile,
     sample: u32,
 ) -> Result<()> {
@@ -657,7 +740,7 @@ fn finish_output(
             let mut header = format!(
                 "summary: profile {}, {:.1}s",
                 p.name(),
-                t0.elapsed().as_secs_f64()
+                traced.as_secs_f64()
             );
             if let Some(d) = profile::sample::describe(sample) {
                 header.push_str(", ");

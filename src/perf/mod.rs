@@ -26,6 +26,7 @@ pub use host::{
 };
 pub use record::{parse_record, Record, RecordError, Sample, SampleFormat, UnsupportedSampleType};
 pub use ring::{walk_ring_bytes, Ring, RingError, WalkStats};
+pub use sys::{HugeBuf, HUGE_PAGE};
 
 /// Errors of the perf stage. Each names the event and CPU it concerns and, where the fix is
 /// known, says what to do.
@@ -170,6 +171,12 @@ pub enum PerfError {
 /// `perf record -r` does, so a busy CPU cannot starve the reader while rings fill.
 pub fn set_realtime(prio: u8) -> io::Result<()> {
     sys::set_fifo(i32::from(prio))
+}
+
+/// Runs the calling thread only on CPU time no other task wants (SCHED_IDLE): for work
+/// done ahead of need, such as the memory `--defer` fills.
+pub fn set_idle_priority() -> io::Result<()> {
+    sys::set_idle()
 }
 
 /// For kernel tests: reports that the kernel cannot be used. With `NTPROF_REQUIRE_KERNEL=1`
