@@ -62,7 +62,6 @@ const AHEAD: usize = 8;
 /// maps its own memory and pays for it as before.
 struct Prefault {
     shared: Arc<Ready>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 #[derive(Default)]
@@ -91,7 +90,7 @@ impl Prefault {
         let shared = Arc::new(Ready::default());
         shared.lock().budget = budget;
         let ready = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("ntprof-prefault".into())
             .spawn(move || {
                 // Not fatal: at normal priority it competes with the workload as the
@@ -116,10 +115,7 @@ impl Prefault {
                 }
             })
             .ok()?;
-        Some(Prefault {
-            shared,
-            thread: Some(thread),
-        })
+        Some(Prefault { shared })
     }
 
     fn take(&self) -> Option<Mem> {
@@ -130,12 +126,12 @@ impl Prefault {
 }
 
 impl Drop for Prefault {
+    /// Not joined: at SCHED_IDLE beside a busy workload the chunk the thread is
+    /// faulting in can take it a second, and nothing waits on it. It stops after that
+    /// chunk, which goes with the last reference to `Ready`.
     fn drop(&mut self) {
         self.shared.lock().stop = true;
         self.shared.wake.notify_one();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
