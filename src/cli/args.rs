@@ -189,8 +189,8 @@ pub struct Selection {
     /// until tracing stops (the command exits, Ctrl-C, --duration), and the rows and
     /// tables are then those a live run makes, exactly. What a reader costs the traced
     /// workload is the CPU it takes from it, and this takes the least (measured side by
-    /// side: 3-4 % more of the untraced IOPS than a live `record`, within ≈3 % of a
-    /// reader that only drains the rings; docs/performance.md). For a measured run
+    /// side: 2-5 % more of the untraced IOPS than the same command live;
+    /// docs/performance.md). For a measured run
     /// whose result is read afterwards (`record -o io.csv -- fio job.fio`). SIZE caps the
     /// memory held (K, M, G: powers of 1024; default 1G, and at most a quarter of the
     /// memory available when the run starts); past it the oldest samples are
