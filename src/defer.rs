@@ -19,7 +19,7 @@
 use crate::correlate::gate::Gate;
 use crate::correlate::Gap;
 use crate::perf::{HugeBuf, HUGE_PAGE};
-use crate::pipeline::Stages;
+use crate::pipeline::{Between, Stages};
 use crate::record::IoRecord;
 use crate::sink::Health;
 use std::collections::VecDeque;
@@ -256,17 +256,8 @@ enum Step {
     /// round began (`begin_round`), `ended` when it ended (`end_round`); samples given
     /// outside a round are kept as one with neither.
     Round(Round),
-    Missing {
-        event: String,
-        n: u64,
-        after: u64,
-        before: u64,
-    },
-    Hold(Option<u64>),
-    Rate {
-        from: u64,
-        n: u32,
-    },
+    /// A gap the counts found, a hold, a rate change.
+    Call(Between),
 }
 
 #[derive(Default)]
@@ -286,8 +277,7 @@ impl Step {
         std::mem::size_of::<Step>()
             + match self {
                 Step::Round(r) => r.bytes,
-                Step::Missing { event, .. } => event.len(),
-                Step::Hold(_) | Step::Rate { .. } => 0,
+                Step::Call(c) => c.heap_bytes(),
             }
     }
 }
@@ -410,19 +400,7 @@ impl<'a> Deferred<'a> {
                     inner.end_round(out);
                 }
             }
-            Step::Missing {
-                event,
-                n,
-                after,
-                before,
-            } => inner.on_missing(&Gap {
-                event: &event,
-                n,
-                after,
-                before,
-            }),
-            Step::Hold(t) => inner.hold_until(t),
-            Step::Rate { from, n } => inner.rate_from(from, n),
+            Step::Call(c) => c.apply(inner),
         }
     }
 }
@@ -490,16 +468,11 @@ impl Stages for Deferred<'_> {
     }
 
     fn on_missing(&mut self, gap: &Gap<'_>) {
-        self.call(Step::Missing {
-            event: gap.event.to_string(),
-            n: gap.n,
-            after: gap.after,
-            before: gap.before,
-        });
+        self.call(Step::Call(Between::missing(gap)));
     }
 
     fn hold_until(&mut self, t: Option<u64>) {
-        self.call(Step::Hold(t));
+        self.call(Step::Call(Between::Hold(t)));
     }
 
     fn rows(&self) -> u64 {
@@ -507,7 +480,7 @@ impl Stages for Deferred<'_> {
     }
 
     fn rate_from(&mut self, from: u64, n: u32) {
-        self.call(Step::Rate { from, n });
+        self.call(Step::Call(Between::Rate { from, n }));
     }
 
     /// None: a rate controller changes the kernel's filters and the correlator's gate

@@ -238,6 +238,62 @@ pub trait Stages {
     fn push_batch(&mut self, _batch: Batch) {}
 }
 
+/// A call of the live loop on a pipeline between rounds, kept to be made later or
+/// elsewhere ([`crate::split`] sends it to the correlating thread, [`crate::defer`]
+/// holds it until tracing stops) in the order it came among the rounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Between {
+    /// [`Stages::on_missing`], its event name owned.
+    Missing {
+        event: String,
+        n: u64,
+        after: u64,
+        before: u64,
+    },
+    /// [`Stages::hold_until`].
+    Hold(Option<u64>),
+    /// [`Stages::rate_from`].
+    Rate { from: u64, n: u32 },
+}
+
+impl Between {
+    pub fn missing(gap: &Gap<'_>) -> Between {
+        Between::Missing {
+            event: gap.event.to_string(),
+            n: gap.n,
+            after: gap.after,
+            before: gap.before,
+        }
+    }
+
+    /// Make the call on `pipe`.
+    pub fn apply(&self, pipe: &mut dyn Stages) {
+        match self {
+            Between::Missing {
+                event,
+                n,
+                after,
+                before,
+            } => pipe.on_missing(&Gap {
+                event,
+                n: *n,
+                after: *after,
+                before: *before,
+            }),
+            Between::Hold(t) => pipe.hold_until(*t),
+            Between::Rate { from, n } => pipe.rate_from(*from, *n),
+        }
+    }
+
+    /// Memory it holds beyond its own size.
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Between::Missing { event, .. } => event.len(),
+            Between::Hold(_) | Between::Rate { .. } => 0,
+        }
+    }
+}
+
 /// What a sample's decode says to the ring walk: its time when it was one of ours
 /// (`Ok(true)`), nothing for another event; a record that could not be decoded is
 /// counted with the bad ones.

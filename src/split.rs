@@ -19,7 +19,8 @@
 use crate::correlate::Gap;
 use crate::perf::PerfGroup;
 use crate::pipeline::{
-    deliver, run_live, Batch, Failed, Front, LiveOptions, RecordSink, RunError, Stages, StopReason,
+    deliver, run_live, Batch, Between, Failed, Front, LiveOptions, RecordSink, RunError, Stages,
+    StopReason,
 };
 use crate::record::IoRecord;
 use crate::sink::{Health, SinkError};
@@ -30,21 +31,9 @@ use std::sync::mpsc::{sync_channel, SyncSender};
 enum Step {
     /// A drain round: the clock read before its rings (if the round began), and the
     /// events decoded from them.
-    Round {
-        now: Option<u64>,
-        batch: Batch,
-    },
-    Missing {
-        event: String,
-        n: u64,
-        after: u64,
-        before: u64,
-    },
-    Hold(Option<u64>),
-    Rate {
-        from: u64,
-        n: u32,
-    },
+    Round { now: Option<u64>, batch: Batch },
+    /// A gap the counts found, a hold, a rate change.
+    Call(Between),
     /// The end of the run: what was decoded since the last round, then everything
     /// held is released and the I/Os in flight are given up.
     Finish(Batch),
@@ -143,19 +132,7 @@ fn apply(
             pipe.push_batch(batch);
             pipe.end_round(&mut out);
         }
-        Step::Missing {
-            event,
-            n,
-            after,
-            before,
-        } => pipe.on_missing(&Gap {
-            event: &event,
-            n,
-            after,
-            before,
-        }),
-        Step::Hold(t) => pipe.hold_until(t),
-        Step::Rate { from, n } => pipe.rate_from(from, n),
+        Step::Call(c) => c.apply(pipe),
         Step::Finish(batch) => {
             pipe.push_batch(batch);
             pipe.finish(&mut out);
@@ -237,22 +214,17 @@ impl Stages for Reader<'_> {
         }
     }
     fn on_missing(&mut self, gap: &Gap<'_>) {
-        self.send(Step::Missing {
-            event: gap.event.to_string(),
-            n: gap.n,
-            after: gap.after,
-            before: gap.before,
-        });
+        self.send(Step::Call(Between::missing(gap)));
     }
     fn hold_until(&mut self, t: Option<u64>) {
-        self.send(Step::Hold(t));
+        self.send(Step::Call(Between::Hold(t)));
     }
     /// Only a rate controller reads it, and this mode has none.
     fn rows(&self) -> u64 {
         0
     }
     fn rate_from(&mut self, from: u64, n: u32) {
-        self.send(Step::Rate { from, n });
+        self.send(Step::Call(Between::Rate { from, n }));
     }
     fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate> {
         None
