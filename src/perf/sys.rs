@@ -123,6 +123,26 @@ pub fn page_size() -> usize {
         .unwrap_or(4096)
 }
 
+/// `mmap(NULL, len, PROT_READ|PROT_WRITE, flags, fd, 0)`: a fresh range the caller
+/// owns and must unmap (`fd` -1 with `MAP_ANONYMOUS`).
+fn map_fresh(len: usize, flags: c_int, fd: c_int) -> io::Result<NonNull<u8>> {
+    let ptr = check(|| {
+        // SAFETY: a NULL hint lets the kernel pick a fresh range, so no existing memory
+        // is replaced; `fd` is open for the call (or unused); the result is checked.
+        unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                0,
+            )
+        }
+    })?;
+    NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned a null mapping"))
+}
+
 /// A shared read/write mapping of a perf fd. Unmapped on drop.
 #[derive(Debug)]
 pub struct Mapping {
@@ -138,22 +158,7 @@ impl Mapping {
     /// `mmap(NULL, len, PROT_READ|PROT_WRITE, MAP_SHARED, fd, 0)`. Write access is what
     /// tells the kernel we will advance `data_tail` (non-overwrite mode).
     pub fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
-        let ptr = check(|| {
-            // SAFETY: a NULL hint lets the kernel pick a fresh range, so no existing
-            // memory is replaced; `fd` is open for the call; the result is checked.
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd.as_raw_fd(),
-                    0,
-                )
-            }
-        })?;
-        let ptr = NonNull::new(ptr.cast::<u8>())
-            .ok_or_else(|| io::Error::other("mmap returned a null mapping"))?;
+        let ptr = map_fresh(len, libc::MAP_SHARED, fd.as_raw_fd())?;
         Ok(Mapping { ptr, len })
     }
 
@@ -204,21 +209,7 @@ impl HugeBuf {
         // One huge page more than asked, so that an aligned range fits; the rest is
         // unmapped again.
         let span = len.checked_add(HUGE_PAGE).ok_or_else(too_large)?;
-        let raw = check(|| {
-            // SAFETY: a NULL hint lets the kernel pick a fresh range, so no existing
-            // memory is replaced; no fd; the result is checked.
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    span,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            }
-        })?
-        .cast::<u8>();
+        let raw = map_fresh(span, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)?.as_ptr();
         let head = (raw as usize).next_multiple_of(HUGE_PAGE) - raw as usize;
         // SAFETY: `head + len <= span`, so both offsets stay inside the mapping.
         let (start, tail) = unsafe { (raw.add(head), raw.add(head + len)) };
