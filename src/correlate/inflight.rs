@@ -131,6 +131,15 @@ impl<K: Hash + Eq + Copy, V: Started> Inflight<K, V> {
         }
     }
 
+    /// Whether an entry under `key` is one `pred` accepts.
+    pub fn any(&self, key: &K, mut pred: impl FnMut(&V) -> bool) -> bool {
+        match self.map.get(key) {
+            None => false,
+            Some(Slot::One(v)) => pred(v),
+            Some(Slot::Many(q)) => q.iter().any(pred),
+        }
+    }
+
     /// The oldest entry under `key` that `pred` accepts.
     pub fn find_mut(&mut self, key: &K, mut pred: impl FnMut(&V) -> bool) -> Option<&mut V> {
         match self.map.get_mut(key)? {

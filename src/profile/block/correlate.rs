@@ -19,7 +19,7 @@
 //!   request it joined to the bio's sector. Both are counted in
 //!   [`Counters::merged`], so rows + merged = the I/Os submitted;
 //! - a completion goes to the request of the key issued first (FIFO by issue) among
-//!   those of its size (else among all): the device may complete them in another
+//!   those of its size and op (else among all): the device may complete them in another
 //!   order, and then the two latencies are swapped, never lost or invented. How many requests shared the key at that moment
 //!   is the row's `candidates` (1: the pairing was certain), and pairings that were
 //!   a choice are counted ([`Counters::ambiguous`]).
@@ -836,14 +836,21 @@ impl BlockCorrelator {
                 if !self.missing.complete.is_empty() {
                     self.set_aside_lost(key, e.nr_sector, t);
                 }
-                // The request issued first, one of the completion's size first (see
-                // `first_issued`), found and taken in one lookup.
-                let nr_sector = e.nr_sector;
-                let first = |p: &Pending| p.issue.map(|i| (p.remaining != nr_sector, i));
+                // The request issued first, one the completion fits whole (its size and
+                // op) first, found and taken in one lookup.
+                let fits = |p: &Pending| p.remaining == e.nr_sector && p.op == e.op;
+                let first = |p: &Pending| p.issue.map(|i| (!fits(p), i));
                 let mut taken = self.pending.take_least(&key, first);
-                if let Some((p, _)) =
-                    taken.filter(|&(p, held)| held > 1 && self.presumed_lost(e.dev, &p, t))
-                {
+                // A completion that fits the one taken whole and no other issued here
+                // is its own, however slow: presumed lost, the completion went to the
+                // next as a partial one, that one's own completion back to the slow
+                // one, and its rest was left `incomplete` with nothing lost.
+                let only_fit = |p: &Pending| {
+                    fits(p) && !self.pending.any(&key, |q| q.issue.is_some() && fits(q))
+                };
+                if let Some((p, _)) = taken.filter(|&(p, held)| {
+                    held > 1 && !only_fit(&p) && self.presumed_lost(e.dev, &p, t)
+                }) {
                     self.missing.presumed += 1;
                     self.set_aside(key, p, t, None);
                     taken = self.pending.take_least(&key, first);
@@ -1493,6 +1500,47 @@ mod tests {
         let x = r.iter().find(|r| r.start_ns == 1_000_000).unwrap();
         assert_eq!(x.d2c_ns, Some(399_000_000));
         assert_eq!((n.cut, n.unmatched, n.incomplete), (0, 0, 0));
+    }
+
+    /// The soak's `incomplete 1 partial 1` with nothing lost: a write and a read of
+    /// other sizes in flight at one sector, the write far past every pairing. The
+    /// write's completion fits the write whole and the read only in part: it is the
+    /// write's, not a partial completion of the read (whose own completion then went
+    /// to the write, and the read's rest was left `incomplete`).
+    #[test]
+    fn a_completion_that_fits_the_slow_request_whole_is_its_not_a_part_of_the_next() {
+        use BlockKind::*;
+        let mut evs = pairings_of_100us();
+        evs.push(ev(1_000_000, Issue, 8, 448, Op::Write));
+        evs.push(ev(300_000_000, Issue, 8, 472, Op::Read));
+        evs.push(ev(300_050_000, Complete, 8, 448, Op::Write));
+        evs.push(ev(300_100_000, Complete, 8, 472, Op::Read));
+        let (r, n) = run_missing(&evs, &[]);
+        let at8: Vec<_> = r.iter().filter(|r| r.sector == 8).collect();
+        let w = at8.iter().find(|r| r.op == Op::Write).unwrap();
+        let rd = at8.iter().find(|r| r.op == Op::Read).unwrap();
+        assert_eq!((w.status, w.d2c_ns), (Status::Ok, Some(299_050_000)));
+        assert_eq!((rd.status, rd.d2c_ns), (Status::Ok, Some(100_000)));
+        assert_eq!((n.partial, n.incomplete, n.cut), (0, 0, 0));
+    }
+
+    /// Of two requests of one size at one sector, a completion is the one of its op's,
+    /// not the older one's: a read's completion never ends a write.
+    #[test]
+    fn a_completion_goes_to_the_request_of_its_op() {
+        use BlockKind::*;
+        let evs = [
+            ev(0, Issue, 8, 8, Op::Write),
+            ev(10, Issue, 8, 8, Op::Read),
+            ev(100, Complete, 8, 8, Op::Read),
+            ev(200, Complete, 8, 8, Op::Write),
+        ];
+        let (r, n) = run(&evs, 16);
+        let of = |op| r.iter().find(|r| r.op == op).unwrap();
+        assert_eq!(of(Op::Read).d2c_ns, Some(90));
+        assert_eq!(of(Op::Write).d2c_ns, Some(200));
+        // Two were at the key when the read completed: its row says so.
+        assert_eq!((n.partial, n.incomplete, n.ambiguous), (0, 0, 1));
     }
 
     /// A request taken for the one that lost its completion, whose completion then
