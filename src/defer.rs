@@ -463,6 +463,7 @@ impl Stages for Deferred<'_> {
     fn health(&self) -> Health {
         let mut h = self.inner.health();
         h.samples += self.samples;
+        h.held = self.samples;
         h.bad_records += self.bad_records;
         h
     }
@@ -699,11 +700,18 @@ mod tests {
         let got = drive(&mut d, &mut |p, rows| {
             assert!(!rows, "a row before the run ended");
             // The live loop's final drain counts arrivals through this.
-            let h = p.health().samples;
-            assert!(h > samples || h == 5_998, "{h} after {samples}");
-            samples = h;
+            let h = p.health();
+            assert!(
+                h.samples > samples || h.samples == 5_998,
+                "{} after {samples}",
+                h.samples
+            );
+            // Every one is held: the status line says so.
+            assert_eq!(h.held, h.samples);
+            samples = h.samples;
         });
         assert_eq!(got, want);
+        assert_eq!(d.health().held, 0, "none left held once finished");
         let s = d.stats();
         assert_eq!((s.early, s.after), (0, 5_998), "{s:?}");
         assert!(s.peak > 5_998 * 60, "{s:?}");

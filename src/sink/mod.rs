@@ -143,6 +143,15 @@ pub struct Health {
     /// CPUs that came online and could not be opened (`serve` no longer has the right
     /// to): their I/O is not traced.
     pub cpus_untraced: u64,
+    /// Samples held to be correlated after tracing (`--defer`), in `samples` and in no
+    /// row yet: the status line says so, not "0 rows written". None are left at the
+    /// end, so no output but the status line shows it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub held: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Health {

@@ -119,6 +119,15 @@ impl StatusLine {
             _ => 0.0,
         };
         self.last = Some((now, seen));
+        if health.held > 0 {
+            // `--defer`: no row is made until tracing stops.
+            let line = format!(
+                "\r\x1b[Kntprof-perf: {} samples held for after tracing  lost {}  dropped {}",
+                health.held, health.lost, health.dropped
+            );
+            self.draw(&line);
+            return;
+        }
         let rows = if written == seen {
             format!("{written} rows written")
         } else {
@@ -131,6 +140,10 @@ impl StatusLine {
             health.dropped,
             health.counters.in_flight
         );
+        self.draw(&line);
+    }
+
+    fn draw(&mut self, line: &str) {
         // A status line that cannot be drawn is not worth stopping a recording for.
         let _ = self.out.write_all(line.as_bytes());
         let _ = self.out.flush();
@@ -335,5 +348,25 @@ mod tests {
         );
         assert_eq!(draws[3], "", "erased at the end, nothing after");
         assert!(!text.contains('\n'));
+    }
+
+    /// `--defer`: rows come only after tracing, so the line counts what is held.
+    #[test]
+    fn the_status_line_of_a_deferred_run_counts_the_samples_held() {
+        let buf = Buf::default();
+        let t0 = Instant::now();
+        let mut s = StatusLine::new(Box::new(buf.clone()), t0);
+        let h = Health {
+            samples: 500,
+            held: 480,
+            lost: 3,
+            ..Health::default()
+        };
+        s.update(t0 + Duration::from_secs(1), 0, 0, &h);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(
+            text,
+            "\r\x1b[Kntprof-perf: 480 samples held for after tracing  lost 3  dropped 0"
+        );
     }
 }
