@@ -304,5 +304,25 @@ fn record_shows_a_status_line_on_a_terminal_only() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains('\r') && !err.contains("\x1b["), "{err:?}");
     assert!(err.contains("50 I/Os written to"), "{err}");
+
+    // `--defer`: no row until tracing stops; the line counts the samples held.
+    let cmd = format!(
+        "{} record --defer -d {} -o {} -- sh -c '{work}'",
+        bin(),
+        l.dev,
+        csv.display()
+    );
+    let out = run_ok(Command::new("script").args(["-qec", &cmd, "/dev/null"]));
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        tty.contains("\r\x1b[Kntprof-perf: 100 samples held for after tracing  lost 0  dropped 0"),
+        "{tty:?}"
+    );
+    assert!(!tty.contains("rows written"), "{tty:?}");
+    assert!(
+        tty.contains("\r\x1b[Kntprof-perf: tracing stopped; correlating the 100 samples held"),
+        "{tty:?}"
+    );
+    assert_eq!(read_csv(&csv).len(), 50);
     let _ = std::fs::remove_file(csv);
 }

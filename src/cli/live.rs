@@ -426,7 +426,8 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         Some(cap) => deferred.insert(Deferred::new(pipe, cap).on_finish(|n, bytes| {
             if n > 0 {
                 eprintln!(
-                    "ntprof-perf: tracing stopped; correlating the {n} samples held ({}, --defer)",
+                    "{}ntprof-perf: tracing stopped; correlating the {n} samples held ({}, --defer)",
+                    StatusLine::erase_on_stderr(),
                     mib(bytes)
                 );
             }

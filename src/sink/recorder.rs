@@ -103,6 +103,17 @@ impl StatusLine {
             .then(|| StatusLine::new(Box::new(std::io::stderr()), Instant::now()))
     }
 
+    /// What a message on standard error starts with while a status line may be drawn
+    /// there: erase it, else the message runs on from the line's end.
+    pub fn erase_on_stderr() -> &'static str {
+        use std::io::IsTerminal;
+        if std::io::stderr().is_terminal() {
+            "\r\x1b[K"
+        } else {
+            ""
+        }
+    }
+
     /// A line whose first rate counts from `start`.
     pub fn new(out: Box<dyn Write>, start: Instant) -> StatusLine {
         StatusLine {
