@@ -132,6 +132,13 @@ impl Pending {
     }
 }
 
+impl Pending {
+    /// Whether a completion of `nr_sector` sectors of `op` ends this request whole.
+    fn fits(&self, nr_sector: u32, op: Op) -> bool {
+        self.remaining == nr_sector && self.op == op
+    }
+}
+
 impl Started for Pending {
     fn started(&self) -> u64 {
         self.first
@@ -440,8 +447,14 @@ impl BlockCorrelator {
     /// `incomplete` at the end: 1 fresh run in 40 of the one-page-ring test, 1 in 16
     /// beside a CPU hog, before these two bounds. (A suspect taken by a scan that
     /// another device's completion ran, its own device stalled, is measured from then.)
-    fn cleared(&mut self, key: Key, t: u64) -> Cleared {
-        let Some(i) = self.suspects.iter().position(|s| s.key == key) else {
+    ///
+    /// Of several suspects at `key`, one the completion ends whole is met first.
+    fn cleared(&mut self, key: Key, e: &BlockEvent, t: u64) -> Cleared {
+        let at = |s: &Suspect| s.key == key;
+        let found = (self.suspects.iter())
+            .position(|s| at(s) && s.p.fits(e.nr_sector, e.op))
+            .or_else(|| self.suspects.iter().position(at));
+        let Some(i) = found else {
             return Cleared::NoSuspect;
         };
         let s = &self.suspects[i];
@@ -838,18 +851,14 @@ impl BlockCorrelator {
                 }
                 // The request issued first, one the completion fits whole (its size and
                 // op) first, found and taken in one lookup.
-                let fits = |p: &Pending| p.remaining == e.nr_sector && p.op == e.op;
-                let first = |p: &Pending| p.issue.map(|i| (!fits(p), i));
-                let mut taken = self.pending.take_least(&key, first);
-                // A completion that fits the one taken whole and no other issued here
-                // is its own, however slow: presumed lost, the completion went to the
-                // next as a partial one, that one's own completion back to the slow
-                // one, and its rest was left `incomplete` with nothing lost.
-                let only_fit = |p: &Pending| {
-                    fits(p) && !self.pending.any(&key, |q| q.issue.is_some() && fits(q))
+                let first = |p: &Pending| p.issue.map(|i| (!p.fits(e.nr_sector, e.op), i));
+                let mut taken = if self.slow_suspect_fits(&key, e) {
+                    None
+                } else {
+                    self.pending.take_least(&key, first)
                 };
                 if let Some((p, _)) = taken.filter(|&(p, held)| {
-                    held > 1 && !only_fit(&p) && self.presumed_lost(e.dev, &p, t)
+                    held > 1 && !self.only_fit(&key, &p, e) && self.presumed_lost(e.dev, &p, t)
                 }) {
                     self.missing.presumed += 1;
                     self.set_aside(key, p, t, None);
@@ -857,7 +866,7 @@ impl BlockCorrelator {
                 }
                 // A suspect given its completion back is a guess, never a certain pairing,
                 // once a sample is known missing; before, it was only slow.
-                let ((mut p, held), guess) = match taken.ok_or_else(|| self.cleared(key, t)) {
+                let ((mut p, held), guess) = match taken.ok_or_else(|| self.cleared(key, e, t)) {
                     Ok(x) => (x, false),
                     Err(Cleared::Slow(p)) => ((p, 1), self.missing.horizon > 0),
                     Err(Cleared::NoSuspect) => {
@@ -1006,6 +1015,29 @@ impl BlockCorrelator {
             self.suspect(key, p, t);
             (first_issue, issued) = self.first_issued(&key, nr_sector);
         }
+    }
+
+    /// Whether completion `e` ends a suspect at `key` whole and no request issued
+    /// there: the suspect was only slow (or the completion is of a later I/O at its
+    /// place, see [`cleared`](Self::cleared)); a request issued there it would end only
+    /// in part. Taken by a scan for the one that lost a completion, the slow one left
+    /// its completion to that request as a partial one, and the rest `incomplete`.
+    fn slow_suspect_fits(&self, key: &Key, e: &BlockEvent) -> bool {
+        let fits = |p: &Pending| p.fits(e.nr_sector, e.op);
+        // Empty but under overflow: this costs a completion nothing then.
+        !self.suspects.is_empty()
+            && self.suspects.iter().any(|s| s.key == *key && fits(&s.p))
+            && !self.pending.any(key, |q| q.issue.is_some() && fits(q))
+    }
+
+    /// Whether completion `e` ends `p`, just taken from `key`, whole and no request
+    /// still issued there. With others issued it is still `p`'s, however slow `p` is:
+    /// presumed lost, `p` left the completion to one it ends only in part, that one's
+    /// own completion went back to `p`, and its rest was left `incomplete` with nothing
+    /// lost (1 soak run in 12).
+    fn only_fit(&self, key: &Key, p: &Pending, e: &BlockEvent) -> bool {
+        let fits = |q: &Pending| q.fits(e.nr_sector, e.op);
+        fits(p) && !self.pending.any(key, |q| q.issue.is_some() && fits(q))
     }
 
     /// The earliest issue time among the issued requests of `key`, and how many are
@@ -1522,6 +1554,29 @@ mod tests {
         assert_eq!((w.status, w.d2c_ns), (Status::Ok, Some(299_050_000)));
         assert_eq!((rd.status, rd.d2c_ns), (Status::Ok, Some(100_000)));
         assert_eq!((n.partial, n.incomplete, n.cut), (0, 0, 0));
+    }
+
+    /// The same with a completion known missing (another sector's): a scan takes the
+    /// slow write for the request that lost it, and the completion at hand, which ends
+    /// it whole and the read only in part, finds it among the suspects. The missing
+    /// completion cuts the request that did lose it, at the end.
+    #[test]
+    fn a_completion_that_fits_the_slow_request_whole_is_its_while_one_is_missing() {
+        use BlockKind::*;
+        let mut evs = pairings_of_100us();
+        evs.push(ev(1_000_000, Issue, 8, 448, Op::Write));
+        evs.push(ev(1_500_000, Issue, 5000, 8, Op::Read));
+        evs.push(ev(300_000_000, Issue, 8, 472, Op::Read));
+        evs.push(ev(300_050_000, Complete, 8, 448, Op::Write));
+        evs.push(ev(300_100_000, Complete, 8, 472, Op::Read));
+        let (r, n) = run_missing(&evs, &[(13, COMPLETE, 1, 2_000_000)]);
+        let at = |s: u64, op| r.iter().find(|r| r.sector == s && r.op == op).unwrap();
+        let w = at(8, Op::Write);
+        assert_eq!((w.status, w.d2c_ns), (Status::Ok, Some(299_050_000)));
+        let rd = at(8, Op::Read);
+        assert_eq!((rd.status, rd.d2c_ns), (Status::Ok, Some(100_000)));
+        assert_eq!(at(5000, Op::Read).status, Status::Dropped);
+        assert_eq!((n.partial, n.incomplete, n.cut), (0, 0, 1));
     }
 
     /// Of two requests of one size at one sector, a completion is the one of its op's,
