@@ -1534,26 +1534,37 @@ mod tests {
         assert_eq!((n.cut, n.unmatched, n.incomplete), (0, 0, 0));
     }
 
-    /// The soak's `incomplete 1 partial 1` with nothing lost: a write and a read of
-    /// other sizes in flight at one sector, the write far past every pairing. The
-    /// write's completion fits the write whole and the read only in part: it is the
-    /// write's, not a partial completion of the read (whose own completion then went
-    /// to the write, and the read's rest was left `incomplete`).
-    #[test]
-    fn a_completion_that_fits_the_slow_request_whole_is_its_not_a_part_of_the_next() {
+    /// The soak's `incomplete 1 partial 1` with nothing lost: a write issued at 1 ms
+    /// and a read of another size at the same sector, the write far past every
+    /// pairing when its completion comes, then the read's; `other` is issued between.
+    /// The write's completion ends the write whole and the read only in part: it is
+    /// the write's, not a partial completion of the read (whose own completion then
+    /// went to the write, and the read's rest was left `incomplete`). Both are `ok`
+    /// with their own d2c.
+    fn slow_write_and_read_at_8(
+        other: &[Ev],
+        missing: &[(usize, &str, u64, u64)],
+    ) -> (Vec<BlockRecord>, Counters) {
         use BlockKind::*;
         let mut evs = pairings_of_100us();
         evs.push(ev(1_000_000, Issue, 8, 448, Op::Write));
+        evs.extend_from_slice(other);
         evs.push(ev(300_000_000, Issue, 8, 472, Op::Read));
         evs.push(ev(300_050_000, Complete, 8, 448, Op::Write));
         evs.push(ev(300_100_000, Complete, 8, 472, Op::Read));
-        let (r, n) = run_missing(&evs, &[]);
-        let at8: Vec<_> = r.iter().filter(|r| r.sector == 8).collect();
-        let w = at8.iter().find(|r| r.op == Op::Write).unwrap();
-        let rd = at8.iter().find(|r| r.op == Op::Read).unwrap();
+        let (r, n) = run_missing(&evs, missing);
+        let at8 = |op| r.iter().find(|r| r.sector == 8 && r.op == op).unwrap();
+        let (w, rd) = (at8(Op::Write), at8(Op::Read));
         assert_eq!((w.status, w.d2c_ns), (Status::Ok, Some(299_050_000)));
         assert_eq!((rd.status, rd.d2c_ns), (Status::Ok, Some(100_000)));
-        assert_eq!((n.partial, n.incomplete, n.cut), (0, 0, 0));
+        assert_eq!((n.partial, n.incomplete), (0, 0));
+        (r, n)
+    }
+
+    #[test]
+    fn a_completion_that_fits_the_slow_request_whole_is_its_not_a_part_of_the_next() {
+        let (_, n) = slow_write_and_read_at_8(&[], &[]);
+        assert_eq!(n.cut, 0);
     }
 
     /// The same with a completion known missing (another sector's): a scan takes the
@@ -1562,21 +1573,10 @@ mod tests {
     /// completion cuts the request that did lose it, at the end.
     #[test]
     fn a_completion_that_fits_the_slow_request_whole_is_its_while_one_is_missing() {
-        use BlockKind::*;
-        let mut evs = pairings_of_100us();
-        evs.push(ev(1_000_000, Issue, 8, 448, Op::Write));
-        evs.push(ev(1_500_000, Issue, 5000, 8, Op::Read));
-        evs.push(ev(300_000_000, Issue, 8, 472, Op::Read));
-        evs.push(ev(300_050_000, Complete, 8, 448, Op::Write));
-        evs.push(ev(300_100_000, Complete, 8, 472, Op::Read));
-        let (r, n) = run_missing(&evs, &[(13, COMPLETE, 1, 2_000_000)]);
-        let at = |s: u64, op| r.iter().find(|r| r.sector == s && r.op == op).unwrap();
-        let w = at(8, Op::Write);
-        assert_eq!((w.status, w.d2c_ns), (Status::Ok, Some(299_050_000)));
-        let rd = at(8, Op::Read);
-        assert_eq!((rd.status, rd.d2c_ns), (Status::Ok, Some(100_000)));
-        assert_eq!(at(5000, Op::Read).status, Status::Dropped);
-        assert_eq!((n.partial, n.incomplete, n.cut), (0, 0, 1));
+        let other = [ev(1_500_000, BlockKind::Issue, 5000, 8, Op::Read)];
+        let (r, n) = slow_write_and_read_at_8(&other, &[(13, COMPLETE, 1, 2_000_000)]);
+        let lost = r.iter().find(|r| r.sector == 5000).unwrap();
+        assert_eq!((lost.status, n.cut), (Status::Dropped, 1));
     }
 
     /// Of two requests of one size at one sector, a completion is the one of its op's,
