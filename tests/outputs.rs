@@ -269,15 +269,19 @@ fn record_shows_a_status_line_on_a_terminal_only() {
     let csv = tmp("status.csv");
     // Two ticks (1 s apart) while the command runs, then the end.
     let work = format!("{} && sleep 2.3", write_script(&l.dev, 50));
-    let cmd = format!(
-        "{} record -d {} -o {} -- sh -c '{work}'",
-        bin(),
-        l.dev,
-        csv.display()
-    );
-    // `script` gives the command a pseudo-terminal and copies what it shows to stdout.
-    let out = run_ok(Command::new("script").args(["-qec", &cmd, "/dev/null"]));
-    let tty = String::from_utf8_lossy(&out.stdout);
+    // What `record FLAGS` shows on a terminal: `script` gives it a pseudo-terminal and
+    // copies what it shows to stdout.
+    let on_tty = |flags: &str| {
+        let cmd = format!(
+            "{} record {flags}-d {} -o {} -- sh -c '{work}'",
+            bin(),
+            l.dev,
+            csv.display()
+        );
+        let out = run_ok(Command::new("script").args(["-qec", &cmd, "/dev/null"]));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tty = on_tty("");
     let draws = tty.matches("\r\x1b[Kntprof-perf: ").count();
     assert!(draws >= 2, "a redraw every second: {tty:?}");
     assert!(
@@ -306,14 +310,7 @@ fn record_shows_a_status_line_on_a_terminal_only() {
     assert!(err.contains("50 I/Os written to"), "{err}");
 
     // `--defer`: no row until tracing stops; the line counts the samples held.
-    let cmd = format!(
-        "{} record --defer -d {} -o {} -- sh -c '{work}'",
-        bin(),
-        l.dev,
-        csv.display()
-    );
-    let out = run_ok(Command::new("script").args(["-qec", &cmd, "/dev/null"]));
-    let tty = String::from_utf8_lossy(&out.stdout);
+    let tty = on_tty("--defer ");
     assert!(
         tty.contains("\r\x1b[Kntprof-perf: 100 samples held for after tracing  lost 0  dropped 0"),
         "{tty:?}"
