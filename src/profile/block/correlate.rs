@@ -130,9 +130,7 @@ impl Pending {
             outside: false,
         }
     }
-}
 
-impl Pending {
     /// Whether a completion of `nr_sector` sectors of `op` ends this request whole.
     fn fits(&self, nr_sector: u32, op: Op) -> bool {
         self.remaining == nr_sector && self.op == op
@@ -1018,10 +1016,11 @@ impl BlockCorrelator {
     }
 
     /// Whether completion `e` ends a suspect at `key` whole and no request issued
-    /// there: the suspect was only slow (or the completion is of a later I/O at its
-    /// place, see [`cleared`](Self::cleared)); a request issued there it would end only
-    /// in part. Taken by a scan for the one that lost a completion, the slow one left
-    /// its completion to that request as a partial one, and the rest `incomplete`.
+    /// there: it goes to the suspect, which was only slow ([`cleared`](Self::cleared)
+    /// says whether it is rather a later I/O's whose issue went missing), not to a
+    /// request it would end in part. A slow request a scan took for the one that lost
+    /// a completion gave its own to the request after it as a partial one, and that
+    /// one's rest was left `incomplete`.
     fn slow_suspect_fits(&self, key: &Key, e: &BlockEvent) -> bool {
         let fits = |p: &Pending| p.fits(e.nr_sector, e.op);
         // Empty but under overflow: this costs a completion nothing then.
