@@ -85,6 +85,9 @@ pub fn parse_latency(s: &str) -> Result<u64, LatencyError> {
     }
 }
 
+/// Back to the start of the line and erase it.
+const ERASE: &str = "\r\x1b[K";
+
 /// One line on a terminal, rewritten in place: rows written, I/Os per second, samples,
 /// lost samples, I/Os in flight. Erased at the end, so the exit summary stands alone.
 pub struct StatusLine {
@@ -108,7 +111,7 @@ impl StatusLine {
     pub fn erase_on_stderr() -> &'static str {
         use std::io::IsTerminal;
         if std::io::stderr().is_terminal() {
-            "\r\x1b[K"
+            ERASE
         } else {
             ""
         }
@@ -133,7 +136,7 @@ impl StatusLine {
         if health.held > 0 {
             // `--defer`: no row is made until tracing stops.
             let line = format!(
-                "\r\x1b[Kntprof-perf: {} samples held for after tracing  lost {}  dropped {}",
+                "ntprof-perf: {} samples held for after tracing  lost {}  dropped {}",
                 health.held, health.lost, health.dropped
             );
             self.draw(&line);
@@ -145,17 +148,16 @@ impl StatusLine {
             format!("{written} rows written of {seen} I/Os")
         };
         let line = format!(
-            "\r\x1b[Kntprof-perf: {rows}  {rate:.0} I/Os/s  samples {}  lost {}  dropped {}  in-flight {}",
-            health.samples,
-            health.lost,
-            health.dropped,
-            health.counters.in_flight
+            "ntprof-perf: {rows}  {rate:.0} I/Os/s  samples {}  lost {}  dropped {}  in-flight {}",
+            health.samples, health.lost, health.dropped, health.counters.in_flight
         );
         self.draw(&line);
     }
 
+    /// Draw `line` over the one shown.
     fn draw(&mut self, line: &str) {
         // A status line that cannot be drawn is not worth stopping a recording for.
+        let _ = self.out.write_all(ERASE.as_bytes());
         let _ = self.out.write_all(line.as_bytes());
         let _ = self.out.flush();
         self.shown = true;
@@ -164,7 +166,7 @@ impl StatusLine {
     /// Erase the line (when one was drawn).
     pub fn clear(&mut self) {
         if self.shown {
-            let _ = self.out.write_all(b"\r\x1b[K");
+            let _ = self.out.write_all(ERASE.as_bytes());
             let _ = self.out.flush();
             self.shown = false;
         }

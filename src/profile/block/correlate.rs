@@ -1022,11 +1022,10 @@ impl BlockCorrelator {
     /// a completion gave its own to the request after it as a partial one, and that
     /// one's rest was left `incomplete`.
     fn slow_suspect_fits(&self, key: &Key, e: &BlockEvent) -> bool {
-        let fits = |p: &Pending| p.fits(e.nr_sector, e.op);
         // Empty but under overflow: this costs a completion nothing then.
         !self.suspects.is_empty()
-            && self.suspects.iter().any(|s| s.key == *key && fits(&s.p))
-            && !self.pending.any(key, |q| q.issue.is_some() && fits(q))
+            && (self.suspects.iter()).any(|s| s.key == *key && s.p.fits(e.nr_sector, e.op))
+            && !self.issued_fits(key, e)
     }
 
     /// Whether completion `e` ends `p`, just taken from `key`, whole and no request
@@ -1035,8 +1034,12 @@ impl BlockCorrelator {
     /// own completion went back to `p`, and its rest was left `incomplete` with nothing
     /// lost (1 soak run in 12).
     fn only_fit(&self, key: &Key, p: &Pending, e: &BlockEvent) -> bool {
-        let fits = |q: &Pending| q.fits(e.nr_sector, e.op);
-        fits(p) && !self.pending.any(key, |q| q.issue.is_some() && fits(q))
+        p.fits(e.nr_sector, e.op) && !self.issued_fits(key, e)
+    }
+
+    /// Whether completion `e` ends a request issued at `key` whole.
+    fn issued_fits(&self, key: &Key, e: &BlockEvent) -> bool {
+        (self.pending).any(key, |q| q.issue.is_some() && q.fits(e.nr_sector, e.op))
     }
 
     /// The earliest issue time among the issued requests of `key`, and how many are
