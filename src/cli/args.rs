@@ -50,7 +50,13 @@ pub enum Cmd {
     /// capabilities. Listens on 127.0.0.1 unless told otherwise.
     ///
     /// Runs until SIGINT or SIGTERM (or --duration, or the command after `--`).
-    #[command(verbatim_doc_comment)]
+    // Always under a budget, which --threads 2 and --defer cannot keep: not offered
+    // here (given anyway, they are refused with the reason).
+    #[command(
+        verbatim_doc_comment,
+        mut_arg("threads", |a| a.hide(true)),
+        mut_arg("defer", |a| a.hide(true))
+    )]
     Serve(ServeArgs),
     /// Trace I/O and print latency percentiles per device, operation and stage.
     ///
@@ -484,6 +490,30 @@ mod tests {
             .unwrap();
         let (_, sub) = m.subcommand().unwrap();
         assert_eq!(sub.get_one::<DeferSize>("defer"), Some(&DeferSize::Auto));
+    }
+
+    /// `serve` always has a budget, which two threads or a deferred run cannot keep:
+    /// its --help does not offer them, the commands that take them do.
+    #[test]
+    fn serve_does_not_offer_what_it_refuses() {
+        let mut cli = command();
+        let mut help = |sub: &str| {
+            let c = cli.find_subcommand_mut(sub).unwrap();
+            c.render_long_help().to_string()
+        };
+        let serve = help("serve");
+        assert!(serve.contains("--max-rate"), "{serve}");
+        assert!(
+            !serve.contains("--threads") && !serve.contains("--defer"),
+            "{serve}"
+        );
+        for sub in ["record", "stat"] {
+            let h = help(sub);
+            assert!(
+                h.contains("--threads") && h.contains("--defer"),
+                "{sub}: {h}"
+            );
+        }
     }
 
     #[test]
