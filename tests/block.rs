@@ -1043,10 +1043,13 @@ fn a_sampled_trace_leaves_flushes_out_whole() {
     ok_rows(&rows, &err);
     assert!(rows.iter().all(|r| r["op"] == "write"), "{err}");
     // Each job writes every 4 KiB block of 2 MiB once (fio's random map): 1 in 8 of
-    // the 2 × 512 is kept by the sector bits (fewer only if a sample the kernel
-    // dropped was all of an I/O).
+    // the 2 × 512 is kept by the sector bits. Fewer only if a sample the kernel
+    // dropped was all of an I/O, or if the scheduler merged a kept write behind the
+    // other job's write of the block before it, into a request that starts where the
+    // sampling keeps nothing (its bio's merge is counted, `merged`; 1 soak run in 20).
     let n = rows.len() as u64;
-    assert!(n <= 128 && n + exit_count(&err, "dropped") >= 128, "{err}");
+    let (dropped, merged) = (exit_count(&err, "dropped"), exit_count(&err, "merged"));
+    assert!(n <= 128 && n + dropped + merged >= 128, "{err}");
     assert!(exit_count(&err, "preflushes") > 0, "{err}");
     let _ = std::fs::remove_file(csv);
 }

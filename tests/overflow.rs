@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use std::process::Command;
 
-/// `record --mmap-pages 1` under 4k random reads at QD32 on a 64 MiB device: 10-15 %
+/// `record --mmap-pages 1` under 4k random reads at QD32 on a 64 MiB device: 1-12 %
 /// of the samples lost here, ≈300,000 I/Os, each sector read ≈18 times. Before the
 /// missing samples were kept per window (2026-11-27), 2,000-4,000 `ok` rows were a
 /// request whose completion was lost paired with the completion of a later I/O at its
@@ -40,9 +40,12 @@ fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() 
     let rows = read_csv(&csv);
     let samples = number_after(&err, "; samples ").unwrap_or(0);
     let lost = exit_count(&err, "lost");
-    // The premise: the loss is sustained, not a burst.
+    // The premise: the loss is sustained, not a burst. How much a one-page ring loses
+    // is the reader's speed against the kernel's: 0.94-11.7 % in a 20-run soak here,
+    // where 1 % failed 2 runs of 20 with ≈ 3,600-4,000 samples lost on both CPUs, still
+    // a loss all through the run. A quarter of the least seen is the floor.
     assert!(
-        lost * 100 > samples + lost,
+        lost * 400 > samples + lost,
         "{lost} of {samples} samples lost: the ring kept up: {err}"
     );
     let lat_max = fio_lat_max_ns(&json);
