@@ -63,9 +63,9 @@
 //!   its own, `dropped` either way; without a missing issue it is `unmatched`;
 //! - a missing **insert** (a device with a scheduler): an issue with no inserted request
 //!   no later than `h` is the request that lost it: its row is `dropped`, with d2c only;
-//! - at the end, a request issued before a completion went missing and in flight far
-//!   longer than the device takes ([`PRESUMED`]) lost it: `dropped`, not `incomplete`.
-//!   Then what is still unaccounted (any event, merges included) marks that many of the
+//! - at the end, a request still in flight that was issued before a completion went
+//!   missing may have lost it: `dropped`, not `incomplete` (which says the run ended
+//!   before it did, and is not known). Then what is still unaccounted (any event, merges included) marks that many of the
 //!   requests left `dropped`, those started by `h` first, oldest first.
 //!
 //! Under sustained overflow many I/Os lose every event, and their completions and
@@ -1101,19 +1101,20 @@ impl Correlator for BlockCorrelator {
         let mut left = Vec::new();
         self.pending.drain_all(&mut |k, p| left.push((k, p)));
         left.retain(|(k, p)| !self.left_out(k.0, p));
-        // A request issued before a completion went missing and in flight at the end
-        // past what makes one presumed lost lost its completion, though no scan found
-        // it (the window it needed was given up, or taken by a request only slow) and no
-        // completion at its place came to show it. Each accounts for one sample still
+        // A request issued before a completion went missing may have lost it, and no
+        // scan found it (the window it needed was given up, taken by a request only
+        // slow, or held by a suspect whose completion was taken for a later I/O's: the
+        // `unmatched` one of a wrong guess) and no completion at its place came to show
+        // it. Whether the run ended before it did or its completion was lost is not
+        // known: `dropped` says a sample of it may be missing, where `incomplete` would
+        // say the run cut it short. (Bounded by how long it had been in flight, a
+        // wrong guess under sustained overflow left the last requests to lose their
+        // completions `incomplete`: 1 fresh CI run.) Each accounts for one sample still
         // unaccounted, if any are.
-        // The last scan's time, as the end: a scan runs on every completion once a
-        // completion went missing, at most 1 ms apart (and none is needed before).
-        let end = self.missing.next_scan.saturating_sub(SCAN_EVERY_NS);
         let seen = self.missing.complete_horizon;
         let mut cuts = self.missing.total();
         left.retain(|(k, p)| {
-            let lost =
-                p.issue.is_some_and(|i| i <= seen) && self.in_flight_past(k.0, p, end, PRESUMED);
+            let lost = p.issue.is_some_and(|i| i <= seen);
             if lost {
                 cuts = cuts.saturating_sub(1);
                 self.cut(k.0, p, out);
@@ -1721,7 +1722,9 @@ mod tests {
     /// As above, Y's completion last: the first at a suspect's place is withheld (a row
     /// of its own, `dropped`), the second is its suspect's. Here the guess is wrong and
     /// costs what a wrong guess costs: Y's completion is `unmatched`, and the credit
-    /// sector 8 kept leaves one request that lost its completion `incomplete`.
+    /// sector 8 kept leaves one request that lost its completion unfound at the end. It
+    /// was issued before a completion went missing: `dropped`, not `incomplete` (the
+    /// CI failure of the one-page-ring test: `unmatched 2  incomplete 2`).
     #[test]
     fn a_missing_issue_withholds_one_completion_not_every() {
         let (r, c) = run_missing(&stalled(&[8, 16, 9000], 5_000_000), &stalled_gaps(1));
@@ -1730,7 +1733,7 @@ mod tests {
         let at8: Vec<_> = r.iter().filter(|r| r.sector == 8).collect();
         assert!(at8.iter().all(|r| r.status == Status::Dropped), "{at8:?}");
         assert_eq!(at8.len(), 2, "{r:?}");
-        assert_eq!((c.cut, c.unmatched, c.incomplete), (3, 1, 1), "{r:?}");
+        assert_eq!((c.cut, c.unmatched, c.incomplete), (4, 1, 0), "{r:?}");
     }
 
     /// S (only slow) is taken for the completion missing in the first window, R (which
