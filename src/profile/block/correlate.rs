@@ -65,8 +65,9 @@
 //!   no later than `h` is the request that lost it: its row is `dropped`, with d2c only;
 //! - at the end, a request still in flight that was issued before a completion went
 //!   missing may have lost it: `dropped`, not `incomplete` (which says the run ended
-//!   before it did, and is not known). Then what is still unaccounted (any event, merges included) marks that many of the
-//!   requests left `dropped`, those started by `h` first, oldest first.
+//!   before it did, and is not known). Then what is still unaccounted (any event,
+//!   merges included) marks that many of the requests left `dropped`, those started by
+//!   `h` first, oldest first.
 //!
 //! Under sustained overflow many I/Os lose every event, and their completions and
 //! issues are missing with no request to pin them on: the missing issues and
