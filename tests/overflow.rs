@@ -18,13 +18,27 @@ use std::process::Command;
 /// found in time was left `incomplete` at the end, 1 run in 3, until the end cut it too;
 /// the last ones to lose theirs, too recent for the end's bound, 1 fresh CI run (the
 /// end now cuts every request issued before a completion went missing).
+///
+/// Then the same through mq-deadline (three samples per I/O) under three jobs of reads
+/// and writes, where ≈ 75 % of the samples are lost: an insert whose issue and
+/// completion were lost, paired with the issue of a later I/O at its sector whose
+/// insert was lost, made 130-180 `ok` rows per run queued longer than fio's slowest
+/// I/O took whole (2026-11-29); 0-2 since such an insert is cut.
 #[test]
 fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() {
     if !kernel_ready("under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty") {
         return;
     }
+    // (scheduler, jobs, rw, the least share of fio's I/Os that are `ok` rows, and
+    // whether the loss leaves time for depths to be known: with three quarters of the
+    // samples lost a sample is nearly always unaccounted, 1 % of the depths known)
+    overflow("none", 1, "randread", 2, true);
+    overflow("mq-deadline", 3, "randrw", 10, false);
+}
+
+fn overflow(scheduler: &str, jobs: u64, rw: &str, ok_share: u64, depths: bool) {
     let l = LoopDev::new("overflow", 64);
-    l.scheduler("none");
+    l.scheduler(scheduler);
     let csv = tmp("overflow.csv");
     let json = tmp("overflow.json");
     let out = run_ok(
@@ -32,13 +46,16 @@ fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() 
             .args(["record", "--mmap-pages", "1", "-d", &l.dev, "-o"])
             .arg(&csv)
             .args(["--", "fio", "--name=overflow", "--direct=1"])
-            .args(["--ioengine=libaio", "--iodepth=32", "--rw=randread"])
+            .args(["--ioengine=libaio", "--iodepth=32"])
+            .arg(format!("--numjobs={jobs}"))
+            .arg(format!("--rw={rw}"))
             .args(["--bs=4k", "--size=64m", "--time_based", "--runtime=2"])
             .arg(format!("--filename={}", l.dev))
             .arg("--output-format=json")
             .arg(format!("--output={}", json.display())),
     );
     let err = String::from_utf8_lossy(&out.stderr);
+    let err = format!("{scheduler}: {err}");
     let rows = read_csv(&csv);
     let samples = number_after(&err, "; samples ").unwrap_or(0);
     let lost = exit_count(&err, "lost");
@@ -53,14 +70,21 @@ fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() 
     let lat_max = fio_lat_max_ns(&json);
     let ok = ok_rows(&rows, &err);
     assert!(
-        ok.len() as u64 * 2 > fio_ios(&json),
+        ok.len() as u64 * ok_share > fio_ios(&json),
         "{} ok rows: {err}",
         ok.len()
     );
-    let slower = ok.iter().filter(|r| num(r, "d2c_ns") > lat_max).count();
+    // Queue time included (mq-deadline): fio's latency runs from before the insert to
+    // after the completion.
+    let cell = |r: &Row, c: &str| if r[c].is_empty() { 0 } else { num(r, c) };
+    let slower = ok
+        .iter()
+        .filter(|r| cell(r, "d2c_ns").max(cell(r, "q2c_ns")) > lat_max)
+        .count();
+    let depth = 32 * jobs;
     let deeper = ok
         .iter()
-        .filter(|r| !r["qd"].is_empty() && num(r, "qd") > 32)
+        .filter(|r| !r["qd"].is_empty() && num(r, "qd") > depth)
         .count();
     let known = ok.iter().filter(|r| !r["qd"].is_empty()).count();
     // A handful: 0-8 of each in runs here, against thousands before.
@@ -69,15 +93,20 @@ fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() 
         slower <= few,
         "{slower} ok rows slower than fio's slowest ({lat_max} ns): {err}"
     );
-    assert!(deeper <= few, "{deeper} rows deeper than fio's 32: {err}");
-    // Not every depth given up: the windows close once nothing can be found for them.
     assert!(
-        known * 20 > ok.len(),
-        "{known} of {} with a depth",
-        ok.len()
+        deeper <= few,
+        "{deeper} rows deeper than fio's {depth}: {err}"
     );
+    // Not every depth given up: the windows close once nothing can be found for them.
     let ones = ok.iter().filter(|r| r["qd"] == "1").count();
-    assert!(ones * 2 < known, "{ones} of {known} depths are 1");
+    if depths {
+        assert!(
+            known * 20 > ok.len(),
+            "{known} of {} with a depth",
+            ok.len()
+        );
+        assert!(ones * 2 < known, "{ones} of {known} depths are 1");
+    }
     eprintln!(
         "overflow: {} rows, {slower} slower than fio, {deeper} deeper, {known} with a depth: {err}",
         rows.len()

@@ -63,6 +63,11 @@
 //!   its own, `dropped` either way; without a missing issue it is `unmatched`;
 //! - a missing **insert** (a device with a scheduler): an issue with no inserted request
 //!   no later than `h` is the request that lost it: its row is `dropped`, with d2c only;
+//! - an inserted request that lost its **issue** (and its completion), met by the issue
+//!   of a later I/O at its sector: when an issue went missing after its insert and it
+//!   does not fit the issue (op, size) or has queued longer than the device's inserts
+//!   take ([`SURELY`] of a [`Yardstick`] of q2d), it is `dropped` with no stage and the
+//!   issue goes on as above;
 //! - at the end, a request still in flight that was issued before a completion went
 //!   missing may have lost it: `dropped`, not `incomplete` (which says the run ended
 //!   before it did, and is not known). Then what is still unaccounted (any event,
@@ -275,6 +280,8 @@ struct Unaccounted {
     /// The same of the completions, taken or given up or not: whether a request still
     /// in flight at the end can have lost its completion.
     complete_horizon: u64,
+    /// The same of the issues: whether a request only inserted can have lost its issue.
+    issue_horizon: u64,
 }
 
 impl Unaccounted {
@@ -313,6 +320,8 @@ struct DevSeen {
     dev: u32,
     /// The d2c of pairings with one candidate.
     certain: Yardstick,
+    /// The q2d of inserts paired with their issue while no issue was missing.
+    queued: Yardstick,
     /// Its requests go through a scheduler (an insert was seen).
     scheduled: bool,
 }
@@ -328,6 +337,12 @@ const PRESUMED: fn(u64) -> u64 = |l| match l {
     0 => u64::MAX,
     l => 2 * l + 1_000_000,
 };
+
+/// Of the inserts paired with their issue, 1 in this many feeds the device's yardstick
+/// of queue time. It is a percentile, which a sample of them gives as well; each one
+/// fed cost ≈ 70 instructions (the device's lookup, the bucket), +24 per event of a
+/// replay through a scheduler.
+const QUEUED_ONE_IN: u32 = 8;
 
 /// Between scans for requests that lost their completion, in event time.
 const SCAN_EVERY_NS: u64 = 1_000_000;
@@ -361,6 +376,9 @@ pub struct BlockCorrelator {
     /// the next scan, up to a millisecond later.
     stale_at: u64,
     gate: Gate,
+    /// Inserts paired with their issue, for feeding 1 in [`QUEUED_ONE_IN`] of them to
+    /// the device's yardstick of queue time.
+    queued_pairings: u32,
 }
 
 impl BlockCorrelator {
@@ -385,6 +403,7 @@ impl BlockCorrelator {
             stale: 0,
             stale_at: u64::MAX,
             gate,
+            queued_pairings: 0,
         }
     }
 
@@ -549,6 +568,7 @@ impl BlockCorrelator {
                 self.devs.push(DevSeen {
                     dev,
                     certain: Yardstick::default(),
+                    queued: Yardstick::default(),
                     scheduled: false,
                 });
                 self.devs.len() - 1
@@ -788,6 +808,9 @@ impl BlockCorrelator {
                     // A request a rate change leaves out: it starts here, unsampled.
                     return;
                 }
+                if self.missing.issue_horizon > 0 {
+                    self.cut_lost_issues(key, e, t, out);
+                }
                 let depth = self.issued.entry(e.dev).or_insert(0);
                 *depth += 1;
                 // The depth is not known while a sample that went missing before this
@@ -810,6 +833,16 @@ impl BlockCorrelator {
                     p.bytes = e.bytes as u64;
                     p.remaining = e.nr_sector;
                     p.op = e.op;
+                    // Every pairing that was not taken for a lost issue: under sustained
+                    // overflow an issue has nearly always gone missing since the insert,
+                    // and the wrong ones left are shorter than the yardstick's bound.
+                    let queued = p.insert.filter(|_| !p.requeued);
+                    self.queued_pairings = self.queued_pairings.wrapping_add(1);
+                    if self.queued_pairings % QUEUED_ONE_IN == 0 {
+                        if let Some(q2d) = queued.and_then(|q| t.checked_sub(q)) {
+                            self.dev_seen(e.dev).queued.add(q2d);
+                        }
+                    }
                 } else {
                     let mut p = fresh(None, Some(t));
                     p.qd = qd;
@@ -988,6 +1021,66 @@ impl BlockCorrelator {
         self.cut(e.dev, &p, out);
     }
 
+    /// Before an issue at `key` is paired (FIFO, with the request inserted there first):
+    /// a request only inserted that lost its issue is written `dropped`, with no stage,
+    /// and takes the missing issue; the issue goes to the next one, or is of an I/O
+    /// whose insert went missing (a row `dropped` with d2c only).
+    ///
+    /// Under sustained overflow many I/Os lose their issue and completion and keep their
+    /// insert, and a later I/O at the same sector loses its insert and keeps its issue:
+    /// paired, the two made one `ok` row whose q2d ran from the first I/O's insert, up
+    /// to seconds, slower than any I/O fio saw (150 of 50,000 `ok` rows of a one-page
+    /// ring under mq-deadline). A request is taken for one that lost its issue when an
+    /// issue went missing after its insert and it does not fit this issue (another op,
+    /// or more sectors than the issue: a request only grows before dispatch) or it has
+    /// queued longer than the device's inserts take when no issue is missing ([`SURELY`]
+    /// of that yardstick; none before there is one). Were it only slow, its own issue
+    /// would make a second row for it, `dropped` too: both rows say what is not known.
+    fn cut_lost_issues(
+        &mut self,
+        key: Key,
+        e: &BlockEvent,
+        t: u64,
+        out: &mut dyn FnMut(BlockRecord),
+    ) {
+        loop {
+            let Some(p) = self
+                .pending
+                .find_mut(&key, |p| p.issue.is_none())
+                .map(|p| *p)
+            else {
+                return;
+            };
+            let Some(insert) = p.insert.filter(|_| !p.requeued && !p.outside) else {
+                return;
+            };
+            if insert > self.missing.issue_horizon {
+                return;
+            }
+            let misfit = p.op != e.op || p.remaining > e.nr_sector;
+            let queued = self.yardstick_queued(e.dev);
+            let slow = queued > 0 && t.saturating_sub(insert) > SURELY(queued);
+            if !(misfit || slow) {
+                return;
+            }
+            let its = |w: &Window| w.after < t && w.before >= insert;
+            if self.missing.issue.take(its).is_none() {
+                self.missing.issue_given_up.take(its);
+            }
+            self.pending
+                .take_where(&key, |q| q.issue.is_none() && q.insert == Some(insert));
+            self.cut(key.0, &p, out);
+        }
+    }
+
+    /// The q2d of the device's inserts paired while no issue was missing (0: none yet).
+    fn yardstick_queued(&self, dev: u32) -> u64 {
+        self.devs
+            .iter()
+            .find(|d| d.dev == dev)
+            .map_or(0, |d| d.queued.value())
+    }
+
     /// While completions are unaccounted: the request a completion of `key` would pair
     /// with lost its own completion. It is written `dropped` (once its device shows
     /// it), and the completion goes to the next one.
@@ -1153,6 +1246,7 @@ impl Correlator for BlockCorrelator {
             }
             Some("block_rq_issue") => {
                 m.issue.add(gap.n, gap.after, gap.before);
+                m.issue_horizon = m.issue_horizon.max(gap.before);
             }
             Some("block_rq_insert") => m.insert += gap.n,
             _ => m.other += gap.n,
@@ -2135,5 +2229,113 @@ mod tests {
             16,
         );
         assert_eq!((r[0].d2c_ns, r[0].q2c_ns), (None, None));
+    }
+
+    const INSERT: &str = "block:block_rq_insert";
+
+    /// I/Os through the scheduler, queued 2 µs and on the device 100 µs each, by 4 ms:
+    /// the device's inserts take 2 µs when no issue is missing. Then event [`AFTER`].
+    fn queued_2us() -> Vec<Ev> {
+        use BlockKind::*;
+        (0..2 * u64::from(QUEUED_ONE_IN))
+            .flat_map(|i| {
+                let (t, sector) = (i * 200_000, 1000 + i * 8);
+                [
+                    ev(t, Insert, sector, 8, Op::Read),
+                    ev(t + 2_000, Issue, sector, 8, Op::Read),
+                    ev(t + 102_000, Complete, sector, 8, Op::Read),
+                ]
+            })
+            .collect()
+    }
+
+    const AFTER: usize = 6 * QUEUED_ONE_IN as usize;
+
+    /// A (sector 8) is inserted at 5 ms and loses its issue and completion; B, at sector
+    /// 8 too, loses its insert and is issued 49 ms later. Paired, they were one `ok` row
+    /// 49 ms in the queue on a device whose inserts take 2 µs (sustained overflow under
+    /// mq-deadline: ≈150 `ok` rows slower than fio's slowest I/O per run). Each is its
+    /// own `dropped` row: A with no stage, B with its d2c.
+    #[test]
+    fn an_insert_whose_issue_went_missing_is_not_paired_with_a_later_ios_issue() {
+        use BlockKind::*;
+        let mut evs = queued_2us();
+        evs.extend([
+            ev(5_000_000, Insert, 8, 8, Op::Read),
+            ev(54_000_000, Issue, 8, 8, Op::Read),
+            ev(54_100_000, Complete, 8, 8, Op::Read),
+        ]);
+        let gaps = [
+            (AFTER + 1, ISSUE, 1, 5_500_000),
+            (AFTER + 1, INSERT, 1, 53_000_000),
+        ];
+        let (r, c) = run_missing(&evs, &gaps);
+        let at8: Vec<_> = r.iter().filter(|r| r.sector == 8).collect();
+        assert_eq!(at8.len(), 2, "{r:?}");
+        assert!(at8.iter().all(|r| r.status == Status::Dropped), "{at8:?}");
+        assert!(at8.iter().all(|r| r.q2d_ns.is_none() && r.q2c_ns.is_none()));
+        let d2c: Vec<_> = at8.iter().map(|r| r.d2c_ns).collect();
+        assert_eq!(d2c, [None, Some(100_000)], "{at8:?}");
+        assert_eq!((c.cut, c.unmatched, c.incomplete), (2, 0, 0));
+        assert!(r
+            .iter()
+            .filter(|r| r.sector != 8)
+            .all(|r| r.status == Status::Ok));
+    }
+
+    /// The same, B issued soon after A's insert but not A's kind of request (a read
+    /// where A was a write, or fewer sectors than A: a request only grows before
+    /// dispatch): A lost its issue, however recent.
+    #[test]
+    fn an_issue_that_does_not_fit_the_request_inserted_there_is_not_its_own() {
+        use BlockKind::*;
+        for (op, nr) in [(Op::Write, 8), (Op::Read, 16)] {
+            let mut evs = queued_2us();
+            evs.extend([
+                ev(5_000_000, Insert, 8, nr, op),
+                ev(5_010_000, Issue, 8, 8, Op::Read),
+                ev(5_110_000, Complete, 8, 8, Op::Read),
+            ]);
+            let gaps = [
+                (AFTER + 1, ISSUE, 1, 5_005_000),
+                (AFTER + 1, INSERT, 1, 5_005_000),
+            ];
+            let (r, c) = run_missing(&evs, &gaps);
+            let at8: Vec<_> = r.iter().filter(|r| r.sector == 8).collect();
+            let got: Vec<_> = at8.iter().map(|r| (r.status, r.op, r.d2c_ns)).collect();
+            assert_eq!(
+                got,
+                [
+                    (Status::Dropped, op, None),
+                    (Status::Dropped, Op::Read, Some(100_000))
+                ],
+                "{op:?} {nr}"
+            );
+            assert_eq!((c.cut, c.unmatched, c.incomplete), (2, 0, 0));
+        }
+    }
+
+    /// A request queued long while no issue went missing after its insert keeps its
+    /// q2d, however slow: a scheduler may hold a request (mq-deadline a write, up to
+    /// seconds). An issue missing before its insert changes nothing either.
+    #[test]
+    fn a_request_queued_long_with_no_issue_missing_since_its_insert_is_ok() {
+        use BlockKind::*;
+        for gaps in [&[][..], &[(AFTER, ISSUE, 1, 4_500_000)][..]] {
+            let mut evs = queued_2us();
+            evs.extend([
+                ev(5_000_000, Insert, 8, 8, Op::Write),
+                ev(54_000_000, Issue, 8, 8, Op::Write),
+                ev(54_100_000, Complete, 8, 8, Op::Write),
+            ]);
+            let (r, c) = run_missing(&evs, gaps);
+            let at8 = r.iter().find(|r| r.sector == 8).unwrap();
+            assert_eq!(
+                (at8.status, at8.q2d_ns, at8.d2c_ns),
+                (Status::Ok, Some(49_000_000), Some(100_000)),
+                "{gaps:?}"
+            );
+            assert_eq!((c.cut, c.unmatched), (0, 0));
+        }
     }
 }
