@@ -7,56 +7,7 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 use std::process::Command;
-
-/// A zram device made for one test (`hot_add`), removed when dropped.
-struct Zram {
-    id: String,
-    dev: String,
-}
-
-impl Zram {
-    fn new(mib: u32) -> Option<Zram> {
-        let ctl = Path::new("/sys/class/zram-control/hot_add");
-        if !ctl.exists() {
-            let _ = Command::new("modprobe").arg("zram").status();
-        }
-        let id = std::fs::read_to_string(ctl).ok()?.trim().to_string();
-        let size = Path::new("/sys/block").join(format!("zram{id}/disksize"));
-        std::fs::write(&size, format!("{mib}M")).ok()?;
-        Some(Zram {
-            dev: format!("/dev/zram{id}"),
-            id,
-        })
-    }
-
-    fn name(&self) -> String {
-        format!("zram{}", self.id)
-    }
-}
-
-impl Drop for Zram {
-    fn drop(&mut self) {
-        let _ = std::fs::write("/sys/class/zram-control/hot_remove", &self.id);
-    }
-}
-
-fn zram(test: &str) -> Option<Zram> {
-    if !kernel_ready(test) {
-        return None;
-    }
-    let z = Zram::new(64);
-    if z.is_none() {
-        let msg =
-            format!("{test}: no zram (CONFIG_ZRAM) on this kernel: cannot make a bio-based device");
-        if std::env::var("NTPROF_REQUIRE_KERNEL").as_deref() == Ok("1") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED {msg}");
-    }
-    z
-}
 
 #[test]
 fn bio_rows_equal_the_bios_dd_issued() {

@@ -11,6 +11,10 @@
 //! are fewer than [`EXACT`] pairings (a short trace, a test), so nothing a device
 //! served is ever taken for lost only because it is rare.
 
+/// How far past the yardstick `l` of its device an I/O in flight has surely lost a
+/// completion reported missing: by half again, plus 50 µs.
+pub const SURELY: fn(u64) -> u64 = |l| l + l / 2 + 50_000;
+
 /// Pairings up to which the yardstick is the largest of them.
 pub const EXACT: u64 = 1024;
 /// Then it is the d2c that all but one in this many pairings stay within.

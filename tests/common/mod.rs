@@ -415,3 +415,53 @@ pub fn record_bg(l: &LoopDev, csv: &std::path::Path) -> Running {
     std::thread::sleep(std::time::Duration::from_millis(500));
     child
 }
+
+/// A zram device made for one test (`hot_add`), removed when dropped.
+pub struct Zram {
+    pub id: String,
+    pub dev: String,
+}
+
+impl Zram {
+    pub fn new(mib: u32) -> Option<Zram> {
+        let ctl = Path::new("/sys/class/zram-control/hot_add");
+        if !ctl.exists() {
+            let _ = Command::new("modprobe").arg("zram").status();
+        }
+        let id = std::fs::read_to_string(ctl).ok()?.trim().to_string();
+        let size = Path::new("/sys/block").join(format!("zram{id}/disksize"));
+        std::fs::write(&size, format!("{mib}M")).ok()?;
+        Some(Zram {
+            dev: format!("/dev/zram{id}"),
+            id,
+        })
+    }
+
+    pub fn name(&self) -> String {
+        format!("zram{}", self.id)
+    }
+}
+
+impl Drop for Zram {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/sys/class/zram-control/hot_remove", &self.id);
+    }
+}
+
+/// A zram device (bio-based) for `test`, or a loud skip (a panic under
+/// `NTPROF_REQUIRE_KERNEL=1`) when the kernel has none.
+pub fn zram(test: &str) -> Option<Zram> {
+    if !kernel_ready(test) {
+        return None;
+    }
+    let z = Zram::new(64);
+    if z.is_none() {
+        let msg =
+            format!("{test}: no zram (CONFIG_ZRAM) on this kernel: cannot make a bio-based device");
+        if std::env::var("NTPROF_REQUIRE_KERNEL").as_deref() == Ok("1") {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED {msg}");
+    }
+    z
+}

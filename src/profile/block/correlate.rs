@@ -88,7 +88,8 @@
 use super::record::BlockRecord;
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::yardstick::Yardstick;
+use crate::correlate::windows::{Window, Windows};
+use crate::correlate::yardstick::{Yardstick, SURELY};
 use crate::correlate::{Correlator, Counters, DevMap, Gap, Status, UnmatchedLog};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
@@ -191,73 +192,6 @@ fn past(p: &Pending, t: u64, bound: u64) -> bool {
     p.issue.is_some_and(|i| t.saturating_sub(i) > bound)
 }
 
-/// Samples of one event that went missing between two tallies (`after`, `before`], as
-/// many as are not yet pinned on a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Window {
-    n: u64,
-    after: u64,
-    before: u64,
-}
-
-/// The windows of one event with samples not yet pinned on a request, by `before`.
-///
-/// Kept per window, not as one count: under sustained overflow the rings lose every
-/// event of many I/Os, issue and completion alike, and such a completion can never be
-/// pinned on a request. Summed with the rest it stayed unaccounted for the whole run,
-/// so every issue was taken to have that many requests ahead of it gone from the
-/// device (`qd` 1 on every row) and a completion always looked missing wherever one
-/// was looked for. A window is given up once every request that could have lost one
-/// of its samples has had time to show it (see [`BlockCorrelator::scan`]).
-#[derive(Debug, Clone, Default)]
-struct Windows(Vec<Window>);
-
-impl Windows {
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    fn total(&self) -> u64 {
-        self.0.iter().map(|w| w.n).sum()
-    }
-
-    fn add(&mut self, n: u64, after: u64, before: u64) {
-        if n == 0 {
-            return;
-        }
-        let i = self.0.partition_point(|w| w.before <= before);
-        self.0.insert(i, Window { n, after, before });
-    }
-
-    /// One sample off the oldest window that `fits`: the window it was in.
-    fn take(&mut self, fits: impl Fn(&Window) -> bool) -> Option<Window> {
-        let i = self.0.iter().position(fits)?;
-        let w = self.0[i];
-        if w.n == 1 {
-            self.0.remove(i);
-        } else {
-            self.0[i].n -= 1;
-        }
-        Some(Window { n: 1, ..w })
-    }
-
-    /// The latest time a sample not yet pinned can have been stamped (0: none).
-    fn horizon(&self) -> u64 {
-        self.0.last().map_or(0, |w| w.before)
-    }
-
-    /// Whether a sample not yet pinned went missing before `t`.
-    fn before(&self, t: u64) -> bool {
-        self.0.iter().any(|w| w.after < t)
-    }
-
-    /// Gives up the windows closed before `t`: those.
-    fn give_up(&mut self, t: u64) -> std::vec::Drain<'_, Window> {
-        let k = self.0.partition_point(|w| w.before < t);
-        self.0.drain(..k)
-    }
-}
-
 /// Samples the kernel counted that never arrived and are not yet pinned on a request.
 #[derive(Debug, Clone, Default)]
 struct Unaccounted {
@@ -327,9 +261,8 @@ struct DevSeen {
 }
 
 /// How far past the yardstick `l` of its device (see [`Yardstick`]) a request in flight has
-/// surely lost a completion reported missing: by half again, plus 50 µs.
-const SURELY: fn(u64) -> u64 = |l| l + l / 2 + 50_000;
-/// ... with another request at its sector to take the completion: past it (plus 50 µs).
+/// lost a completion reported missing ([`SURELY`]: by half again, plus 50 µs), with
+/// another request at its sector to take the completion: past it (plus 50 µs).
 const PAST: fn(u64) -> u64 = |l| l + 50_000;
 /// ... with none reported missing yet: twice it plus 1 ms, and never before the device
 /// has a certain pairing.

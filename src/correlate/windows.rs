@@ -1,0 +1,70 @@
+//! Samples of one event that the kernel counted and that never arrived, kept per window
+//! of the counts until a correlator pins each on the I/O that lost it (see
+//! [`Correlator::on_missing`](super::Correlator::on_missing)).
+
+/// Samples of one event that went missing between two tallies (`after`, `before`], as
+/// many as are not yet pinned on a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub n: u64,
+    pub after: u64,
+    pub before: u64,
+}
+
+/// The windows of one event with samples not yet pinned on a request, by `before`.
+///
+/// Kept per window, not as one count: under sustained overflow the rings lose every
+/// event of many I/Os, issue and completion alike, and such a completion can never be
+/// pinned on a request. Summed with the rest it stayed unaccounted for the whole run,
+/// so every issue was taken to have that many requests ahead of it gone from the
+/// device (`qd` 1 on every row) and a completion always looked missing wherever one
+/// was looked for. A window is given up once every request that could have lost one
+/// of its samples has had time to show it (see the block profile's scan).
+#[derive(Debug, Clone, Default)]
+pub struct Windows(Vec<Window>);
+
+impl Windows {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().map(|w| w.n).sum()
+    }
+
+    pub fn add(&mut self, n: u64, after: u64, before: u64) {
+        if n == 0 {
+            return;
+        }
+        let i = self.0.partition_point(|w| w.before <= before);
+        self.0.insert(i, Window { n, after, before });
+    }
+
+    /// One sample off the oldest window that `fits`: the window it was in.
+    pub fn take(&mut self, fits: impl Fn(&Window) -> bool) -> Option<Window> {
+        let i = self.0.iter().position(fits)?;
+        let w = self.0[i];
+        if w.n == 1 {
+            self.0.remove(i);
+        } else {
+            self.0[i].n -= 1;
+        }
+        Some(Window { n: 1, ..w })
+    }
+
+    /// The latest time a sample not yet pinned can have been stamped (0: none).
+    pub fn horizon(&self) -> u64 {
+        self.0.last().map_or(0, |w| w.before)
+    }
+
+    /// Whether a sample not yet pinned went missing before `t`.
+    pub fn before(&self, t: u64) -> bool {
+        self.0.iter().any(|w| w.after < t)
+    }
+
+    /// Gives up the windows closed before `t`: those.
+    pub fn give_up(&mut self, t: u64) -> std::vec::Drain<'_, Window> {
+        let k = self.0.partition_point(|w| w.before < t);
+        self.0.drain(..k)
+    }
+}
