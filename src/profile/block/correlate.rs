@@ -254,7 +254,8 @@ struct DevSeen {
     dev: u32,
     /// The d2c of pairings with one candidate.
     certain: Yardstick,
-    /// The q2d of inserts paired with their issue while no issue was missing.
+    /// The q2d of inserts paired with their issue and not taken for one that lost it
+    /// (see [`BlockCorrelator::cut_lost_issues`]), 1 in [`QUEUED_ONE_IN`].
     queued: Yardstick,
     /// Its requests go through a scheduler (an insert was seen).
     scheduled: bool,
@@ -272,9 +273,9 @@ const PRESUMED: fn(u64) -> u64 = |l| match l {
 };
 
 /// Of the inserts paired with their issue, 1 in this many feeds the device's yardstick
-/// of queue time. It is a percentile, which a sample of them gives as well; each one
-/// fed cost ≈ 70 instructions (the device's lookup, the bucket), +24 per event of a
-/// replay through a scheduler.
+/// of queue time: a percentile, which a sample gives as well. Feeding every one cost a
+/// replay through a scheduler 24 instructions per event (callgrind: the device's
+/// lookup and the bucket); 1 in 8, 3.
 const QUEUED_ONE_IN: u32 = 8;
 
 /// Between scans for requests that lost their completion, in event time.
