@@ -485,8 +485,13 @@ impl BlockCorrelator {
         past(p, t, limit(self.certain_d2c(dev)))
     }
 
+    /// What was learnt of `dev`, if it was seen.
+    fn seen(&self, dev: u32) -> Option<&DevSeen> {
+        self.devs.iter().find(|d| d.dev == dev)
+    }
+
     fn yardstick(&self, dev: u32) -> Option<&Yardstick> {
-        self.devs.iter().find(|d| d.dev == dev).map(|d| &d.certain)
+        self.seen(dev).map(|d| &d.certain)
     }
 
     /// The d2c of pairings with one candidate on `dev`, the largest but rare ones
@@ -1009,10 +1014,7 @@ impl BlockCorrelator {
 
     /// The q2d of the device's inserts paired while no issue was missing (0: none yet).
     fn yardstick_queued(&self, dev: u32) -> u64 {
-        self.devs
-            .iter()
-            .find(|d| d.dev == dev)
-            .map_or(0, |d| d.queued.value())
+        self.seen(dev).map_or(0, |d| d.queued.value())
     }
 
     /// While completions are unaccounted: the request a completion of `key` would pair
