@@ -7,7 +7,7 @@
 use super::record::NvmeRecord;
 use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::{Correlator, Counters, FxMap};
+use crate::correlate::{Correlator, Counters, FxMap, Gap};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 use crate::profile::shared::cmd::{Claim, CmdTracker, Finished, Key, NvmeConfig, Pending};
@@ -125,7 +125,11 @@ impl NvmeCorrelator {
         if self.held.get(cpu as usize).is_some_and(|h| h.1) {
             self.release(cpu, out);
         }
-        let by_cid = match self.tracker.claim(done) {
+        let mut fin = std::mem::take(&mut self.fin);
+        let claim = self.tracker.claim(t, done, &mut |f| fin.push(f));
+        self.emit(&mut fin, out);
+        self.fin = fin;
+        let by_cid = match claim {
             Claim::Ignored => return,
             Claim::Found(p) => Some(p),
             Claim::Missing => None,
@@ -287,6 +291,13 @@ impl Correlator for NvmeCorrelator {
 
     fn counters(&self) -> Counters {
         self.tracker.counters()
+    }
+
+    /// A missing setup leaves its completion `unmatched`; a missing block event, the
+    /// command without its block stage (or its completion trusted by cid).
+    fn on_missing(&mut self, gap: &Gap<'_>) -> bool {
+        self.tracker.on_missing(gap, "nvme_complete_rq");
+        true
     }
 
     fn unmatched_at(&self, t: u64) -> u64 {

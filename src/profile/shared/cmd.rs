@@ -1,12 +1,14 @@
 //! The command vocabulary the nvme and nvmet profiles share: which commands a run
 //! keeps ([`CmdSelect`], also rendered as kernel filters), the command/completion
-//! matching with cid reuse and bounded memory ([`CmdTracker`]), and the fields both
-//! records report ([`CmdCore`]).
+//! matching with cid reuse, missing samples and bounded memory ([`CmdTracker`]), and the
+//! fields both records report ([`CmdCore`]).
 
 use super::nvme_events::{opcode_name, DiskName, NvmeCmd, NvmeDone};
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::{Counters, FxMap, Status};
+use crate::correlate::windows::Windows;
+use crate::correlate::yardstick::{Yardstick, SURELY};
+use crate::correlate::{Counters, FxMap, Gap, Status};
 use crate::filter::Filter;
 use crate::profile::PlanCtx;
 use crate::record::size_class;
@@ -135,8 +137,10 @@ pub struct CmdCore {
     pub lba_size: u32,
     /// Submission → completion.
     pub cmd_ns: Option<u64>,
-    /// Commands in flight on the queue at submission, itself included.
-    pub qd: u32,
+    /// Commands in flight on the queue at submission, itself included; `None` while a
+    /// completion that went missing is not pinned on a command (one that lost it is
+    /// still in the depth).
+    pub qd: Option<u32>,
     /// `None` while incomplete.
     pub nvme_status: Option<u16>,
     pub retries: Option<u8>,
@@ -166,7 +170,9 @@ pub(crate) struct Pending {
     pub(crate) candidates: Option<u32>,
     pub(crate) lba_size: u32,
     /// Commands in flight on its queue when it was submitted, itself included.
-    pub(crate) qd: u32,
+    pub(crate) qd: Option<u32>,
+    /// Given up because it lost its completion to a missing sample: `dropped`.
+    pub(crate) lost: bool,
 }
 
 impl Started for Pending {
@@ -197,6 +203,23 @@ pub(crate) enum Claim {
 pub(crate) type Finished = (Pending, Option<(u64, NvmeDone)>);
 
 /// The command/completion matching both profiles use.
+///
+/// # Missing samples
+/// A command id is reused as soon as its command completes, so a command whose
+/// completion the kernel counted and never wrote would take the completion of the next
+/// command with its id whose setup went missing too: under sustained overflow a run of
+/// lost samples on one CPU makes one `ok` row of two or more commands. The tracker
+/// hears of missing completions before what follows them (the caller's
+/// `Correlator::on_missing`) and keeps them per window. A command submitted before a
+/// window closed and in flight past [`SURELY`] of its controller's [`Yardstick`] (the
+/// command time of its successful pairings) is the one that lost it: `dropped`, out of
+/// the depth, never paired; the completion that found it belongs to a command whose
+/// setup went missing (`unmatched`). It is looked for when a completion comes for its
+/// id and, while a completion is unaccounted, among all commands every millisecond of
+/// event time. A command whose id starts again while it is in flight lost its
+/// completion for certain: `dropped` when one went missing since it was submitted. At
+/// the end, a command in flight submitted before a completion went missing is
+/// `dropped`, not `incomplete`.
 pub(crate) struct CmdTracker {
     pub(crate) cfg: NvmeConfig,
     pending: Inflight<Key, Pending>,
@@ -213,7 +236,18 @@ pub(crate) struct CmdTracker {
     /// `complete`). Never on the host, where controller instance 0 is `nvme0`.
     pub(crate) ctrl0_fallback: bool,
     pub(crate) gate: Gate,
+    /// Completions counted missing, not yet pinned on a command.
+    missing: Windows,
+    /// The latest a completion went missing by, pinned or not (0: none).
+    done_horizon: u64,
+    /// Event time of the next scan for commands that lost their completion.
+    next_scan: u64,
+    /// Per controller, the command time of successful pairings.
+    yards: Vec<(u32, Yardstick)>,
 }
+
+/// Between scans for commands that lost their completion, in event time.
+const SCAN_EVERY_NS: u64 = 1_000_000;
 
 impl CmdTracker {
     pub(crate) fn new(cfg: NvmeConfig) -> CmdTracker {
@@ -227,7 +261,76 @@ impl CmdTracker {
             unmatched_log: Default::default(),
             ctrl0_fallback: false,
             gate: Gate::default(),
+            missing: Windows::default(),
+            done_horizon: 0,
+            next_scan: 0,
+            yards: Vec::new(),
         }
+    }
+
+    /// Samples that went missing; `done` is the completion event's name (`nvme_complete_rq`,
+    /// `nvmet_req_complete`). Only completions are kept: a missing setup leaves its
+    /// completion `unmatched`.
+    pub(crate) fn on_missing(&mut self, gap: &Gap<'_>, done: &str) {
+        if gap.event.rsplit(':').next() == Some(done) {
+            self.missing.add(gap.n, gap.after, gap.before);
+            self.done_horizon = self.done_horizon.max(gap.before);
+        }
+    }
+
+    /// [`SURELY`] of controller `ctrl`'s yardstick; `None` before its first pairing.
+    fn surely(&self, ctrl: u32) -> Option<u64> {
+        let (_, y) = self.yards.iter().find(|(c, _)| *c == ctrl)?;
+        Some(SURELY(y.value()))
+    }
+
+    /// Whether command `p`, at `t`, is one that lost a completion still unaccounted:
+    /// submitted before one went missing, and in flight past [`SURELY`].
+    fn lost(&self, p: &Pending, t: u64) -> bool {
+        p.submit <= self.missing.horizon()
+            && self
+                .surely(p.cmd.ctrl_id)
+                .is_some_and(|s| t.saturating_sub(p.submit) > s)
+    }
+
+    /// Command `p`, out of flight, lost its completion (one missing since it was
+    /// submitted, if still unaccounted): `dropped`.
+    fn cut(&mut self, mut p: Pending) -> Finished {
+        self.missing.take(|w| w.before >= p.submit);
+        self.counters.cut += 1;
+        p.lost = true;
+        (p, None)
+    }
+
+    /// Every millisecond of event time while a completion is unaccounted: the commands
+    /// that lost theirs (oldest first, one per completion missing since its submit),
+    /// then the windows no command can still be found for are given up.
+    fn scan(&mut self, t: u64, out: &mut dyn FnMut(Finished)) {
+        if self.missing.is_empty() || t < self.next_scan {
+            return;
+        }
+        self.next_scan = t + SCAN_EVERY_NS;
+        let mut lost = Vec::new();
+        self.pending.for_each(|k, p| {
+            if self.lost(p, t) {
+                lost.push((p.submit, *k));
+            }
+        });
+        lost.sort_unstable();
+        for (submit, key) in lost {
+            // None left that went missing after it was submitted (nor after a later one).
+            if self.missing.is_empty() || self.missing.horizon() < submit {
+                break;
+            }
+            if let Some((p, _)) = self.pending.take_where(&key, |p| p.submit == submit) {
+                self.left(&p);
+                out(self.cut(p));
+            }
+        }
+        let longest = self.yards.iter().map(|(_, y)| y.value()).max();
+        self.missing
+            .give_up(t.saturating_sub(SURELY(longest.unwrap_or(0))));
+        self.counters.in_flight = self.pending.len() as u64;
     }
 
     /// The counters, with the events a rate change left out.
@@ -273,7 +376,7 @@ impl CmdTracker {
         let key = (cmd.ctrl_id, cmd.qid, cmd.cid);
         let depth = self.depth.entry((cmd.ctrl_id, cmd.qid)).or_insert(0);
         *depth += 1;
-        let qd = *depth;
+        let qd = Some(*depth).filter(|_| self.missing.is_empty());
         let p = Pending {
             submit: t,
             cmd: *cmd,
@@ -281,6 +384,7 @@ impl CmdTracker {
             candidates: block.map(|b| b.1),
             lba_size: self.lba_size(&cmd.disk),
             qd,
+            lost: false,
         };
         let mut gone = Vec::new();
         let old = self.pending.insert(key, p, &mut |_, p| gone.push(p));
@@ -294,9 +398,13 @@ impl CmdTracker {
             // The same command id started again while we still held the previous
             // command: its completion was lost (or never traced). Give the old one up
             // so each row stays one command, and count why.
-            self.counters.requeued += 1;
-            self.counters.incomplete += 1;
-            out((old, None));
+            if old.submit <= self.done_horizon {
+                out(self.cut(old));
+            } else {
+                self.counters.requeued += 1;
+                self.counters.incomplete += 1;
+                out((old, None));
+            }
         }
         self.counters.in_flight = self.pending.len() as u64;
     }
@@ -322,17 +430,26 @@ impl CmdTracker {
     }
 
     pub(crate) fn complete(&mut self, t: u64, done: &NvmeDone, out: &mut dyn FnMut(Finished)) {
-        match self.claim(done) {
+        match self.claim(t, done, out) {
             Claim::Found(p) => out((p, Some((t, *done)))),
             Claim::Missing => self.unmatched(t, done),
             Claim::Ignored => {}
         }
     }
 
-    /// Take the command a completion belongs to, by its key.
-    pub(crate) fn claim(&mut self, done: &NvmeDone) -> Claim {
+    /// Take the command a completion stamped `t` belongs to, by its key. Commands that
+    /// lost their completion to a missing sample go to `out`, `dropped`.
+    pub(crate) fn claim(
+        &mut self,
+        t: u64,
+        done: &NvmeDone,
+        out: &mut dyn FnMut(Finished),
+    ) -> Claim {
         if !self.cfg.select.keeps_queue(done.ctrl_id, done.qid) {
             return Claim::Ignored;
+        }
+        if !self.missing.is_empty() {
+            self.scan(t, out);
         }
         let key = (done.ctrl_id, done.qid, done.cid);
         let mut found = self.pending.take(&key).map(|(p, _)| p);
@@ -343,6 +460,21 @@ impl CmdTracker {
         }
         if let Some(p) = &found {
             self.left(p);
+        }
+        if let Some(p) = found.take_if(|p| !self.missing.is_empty() && self.lost(p, t)) {
+            // Its id's next command, whose setup went missing too, completed.
+            out(self.cut(p));
+        }
+        if let Some(p) = found.as_ref().filter(|_| done.status == 0) {
+            let took = t.saturating_sub(p.submit);
+            match self.yards.iter_mut().find(|(c, _)| *c == p.cmd.ctrl_id) {
+                Some((_, y)) => y.add(took),
+                None => {
+                    let mut y = Yardstick::default();
+                    y.add(took);
+                    self.yards.push((p.cmd.ctrl_id, y));
+                }
+            }
         }
         self.counters.in_flight = self.pending.len() as u64;
         found.map_or(Claim::Missing, Claim::Found)
@@ -388,12 +520,19 @@ impl CmdTracker {
 
     /// Give up everything in flight (end of run), oldest first.
     pub(crate) fn finish(&mut self, out: &mut dyn FnMut(Finished)) {
-        let mut n = 0;
-        self.pending.drain_all(&mut |_, p| {
-            n += 1;
-            out((p, None))
-        });
-        self.counters.incomplete += n;
+        let mut left = Vec::new();
+        self.pending.drain_all(&mut |_, p| left.push(p));
+        for p in left {
+            // Submitted before a completion went missing: whether it lost it or the
+            // run ended first is not known, which `incomplete` would say.
+            if p.submit <= self.done_horizon {
+                out(self.cut(p));
+            } else {
+                self.counters.incomplete += 1;
+                out((p, None));
+            }
+        }
+        self.missing = Windows::default();
         self.depth.clear();
         self.counters.in_flight = 0;
     }
@@ -424,6 +563,7 @@ impl CmdTracker {
                     Status::Error
                 },
             ),
+            None if p.lost => (None, None, None, Status::Dropped),
             None => (None, None, None, Status::Incomplete),
         };
         CmdCore {

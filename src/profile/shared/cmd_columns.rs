@@ -63,13 +63,14 @@ pub const fn core_columns<R: HasCore>() -> [Column<R>; 8] {
     ]
 }
 
-/// `qd`: commands in flight on the queue at submission, itself included.
+/// `qd`: commands in flight on the queue at submission, itself included (empty while not
+/// known).
 pub const fn qd_column<R: HasCore>() -> Column<R> {
     Column {
         name: "qd",
         role: Role::Value,
         kind: Kind::U64,
-        get: |r| Value::U64(r.core().qd as u64),
+        get: |r| crate::record::opt(r.core().qd.map(u64::from)),
     }
 }
 

@@ -7,4 +7,6 @@ pub mod cmd;
 pub mod cmd_columns;
 pub mod device_io;
 pub mod nvme_events;
+#[cfg(test)]
+pub(crate) mod overflow_sim;
 pub mod select;
