@@ -10,7 +10,10 @@
 
 mod common;
 
-use common::{assert_clean, fio_ios, num, read, read_csv, run_vm, vm_enabled, vm_paths, Row};
+use common::{
+    assert_clean, exit_count, fio_ios, fio_lat_max_ns, num, ok_rows, read, read_csv, run_vm,
+    vm_enabled, vm_paths, Row,
+};
 use std::path::Path;
 
 /// I/Os per fio run; psync + O_DIRECT makes fio issue exactly this many.
@@ -297,7 +300,52 @@ fn nvme_and_nvmet_profiles_in_the_vm() {
         }
     }
     check_selection(&dir, &fabrics);
+    check_overflow(&dir);
     check_pcie(&dir, &fabrics);
+}
+
+/// One-page rings under reads at depth 32 from two jobs (the guest's overflow runs):
+/// a command that lost its completion must never take a later command's. Every row is
+/// `ok` or `dropped` (no more than the I/Os cut), no `ok` row is slower than fio's
+/// slowest I/O nor deeper than its two jobs' 64, and the rows and the I/Os none of
+/// whose events arrived come to fio's count.
+fn check_overflow(dir: &Path) {
+    for (profile, stage) in [("nvme", "driver_ns"), ("nvmet", "target_ns")] {
+        let what = format!("overflow, {profile}");
+        let err = read(&dir.join(format!("overflow-{profile}.err")));
+        let fio_json = dir.join(format!("fio-overflow-{profile}.json"));
+        let (ios, slowest) = (fio_ios(&fio_json), fio_lat_max_ns(&fio_json));
+        let rows = read_csv(&dir.join(format!("overflow-{profile}.csv")));
+        let ok = ok_rows(&rows, &err);
+        let slow: Vec<_> = ok.iter().filter(|r| num(r, stage) > slowest).collect();
+        assert!(
+            slow.is_empty(),
+            "{what}: {} ok rows slower than fio's slowest I/O ({slowest} ns), first {:?}\n{err}",
+            slow.len(),
+            slow.first()
+        );
+        let deep = (ok.iter()).filter(|r| !r["qd"].is_empty() && num(r, "qd") > 64);
+        assert_eq!(deep.count(), 0, "{what}: rows deeper than 64\n{err}");
+        assert!(
+            rows.len() as u64 <= ios,
+            "{what}: {} rows, fio {ios}",
+            rows.len()
+        );
+        let missing = exit_count(&err, "lost") + exit_count(&err, "dropped");
+        eprintln!(
+            "{what}: fio {ios} I/Os, slowest {slowest} ns; {} rows, {} ok, {} cut; {missing} samples missing",
+            rows.len(),
+            ok.len(),
+            exit_count(&err, "cut")
+        );
+        if missing == 0 {
+            assert_eq!(
+                ok.len() as u64,
+                ios,
+                "{what}: nothing lost, every I/O ok\n{err}"
+            );
+        }
+    }
 }
 
 /// fio's count of one kind of I/O (`"read"`, `"write"`, `"sync"`) in its JSON: the

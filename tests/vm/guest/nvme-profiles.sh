@@ -18,6 +18,8 @@
 #   pcie                              PCIe controller instance, disk, nsid, lba size
 #   pcie-<shape>.csv, .err, .report   record --profile nvme on the PCIe disk
 #   fio-pcie-<shape>.json
+#   overflow-<profile>.csv, .err      record --mmap-pages 1 under libaio reads at depth 32
+#   fio-overflow-<profile>.json       (two jobs): sustained ring overflow
 #   both-<sel>.csv, .err              random reads on both disks at once (one fio per
 #   fio-both-{fabrics,pcie}.json      disk), recorded by five recorders at once:
 #                                     all, ctrl-pcie, ctrl-fabrics, nsid-pcie, nsid-fabrics
@@ -91,6 +93,19 @@ sel nvme-nsid2 nvme --nsid 2
 sel nvme-qid1 nvme --qid 1
 sel nvme-admin nvme --admin
 sel nvmet-sel nvmet --ctrl "$cntlid" --nsid 1
+
+# Sustained overflow: one-page rings under random reads at depth 32 from two jobs, so
+# command ids come back while samples go missing. The host test checks that no `ok` row
+# is slower than fio's slowest I/O, and what was lost and cut.
+for p in nvme nvmet; do
+    echo "nvme-profiles: record --profile $p --mmap-pages 1 (overflow)"
+    "$BIN" record --profile "$p" --mmap-pages 1 -o "$O/overflow-$p.csv" -- \
+        fio --name=overflow --filename="$DEV" --direct=1 --ioengine=libaio --iodepth=32 \
+        --numjobs=2 --rw=randread --bs=4k --number_ios=$((NIOS * 10)) --size=$SIZE \
+        --randrepeat=0 --output-format=json --output="$O/fio-overflow-$p.json" \
+        2> "$O/overflow-$p.err" || { cat "$O/overflow-$p.err"; exit 1; }
+    cat "$O/overflow-$p.err"
+done
 
 if [ -z "$PCIE" ]; then
     echo "nvme-profiles: no PCIe NVMe controller in this rig (NTPROF_VM_PCIE=0)"
