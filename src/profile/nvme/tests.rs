@@ -713,7 +713,7 @@ fn the_completion_of_a_flush_carrier_pairs_with_no_command() {
 /// that check a completion's cid: no command takes a later one's completion.
 #[test]
 fn under_sustained_loss_no_command_takes_a_later_ones_completion() {
-    use crate::profile::shared::overflow_sim::{closed_loop, overflow, Kind, Overflow};
+    use crate::profile::shared::overflow_sim::{closed_loop, overflow, Kind, Sample};
     let f = formats();
     let cmds = closed_loop(400);
     let names = [
@@ -721,6 +721,21 @@ fn under_sustained_loss_no_command_takes_a_later_ones_completion() {
         (Kind::Done, "nvme:nvme_complete_rq"),
         (Kind::BlockDone, "block:block_rq_complete"),
     ];
+    let raw = |s: &Sample| {
+        let m = &cmds[s.cmd];
+        match s.kind {
+            Kind::Setup => cmd_raw(
+                &f.setup,
+                (0, m.qid, m.cid),
+                0x02,
+                1,
+                &rw_dwords(m.slba, 8),
+                b"nvme0n1",
+            ),
+            Kind::Done => done_raw(&f.done, 0, m.qid, m.cid, 0, b"nvme0n1"),
+            Kind::BlockDone => rq_done_raw(&f.complete, m.slba, 8),
+        }
+    };
     for block in [false, true] {
         let sim = overflow(&cmds, block);
         let mut cfg = config(512);
@@ -728,31 +743,9 @@ fn under_sustained_loss_no_command_takes_a_later_ones_completion() {
             cfg.disk_devs.clear();
         }
         let mut c = NvmeCorrelator::new(cfg);
-        let mut rows = Vec::new();
-        for (gaps, s) in &sim.kept {
-            for g in gaps {
-                assert!(c.on_missing(&Overflow::gap(*g, &names)));
-            }
-            let m = &cmds[s.cmd];
-            let raw = match s.kind {
-                Kind::Setup => cmd_raw(
-                    &f.setup,
-                    (0, m.qid, m.cid),
-                    0x02,
-                    1,
-                    &rw_dwords(m.slba, 8),
-                    b"nvme0n1",
-                ),
-                Kind::Done => done_raw(&f.done, 0, m.qid, m.cid, 0, b"nvme0n1"),
-                Kind::BlockDone => rq_done_raw(&f.complete, m.slba, 8),
-            };
-            let ev = f.decoder.decode(&raw, s.t, s.cpu).unwrap().expect("bound");
-            c.on_event(&ev, &mut |r| rows.push(r));
-        }
-        c.finish(&mut |r| rows.push(r));
-        let rows: Vec<_> = (rows.iter())
-            .map(|r| (r.core.submit_ns, r.status(), r.core.cmd_ns))
-            .collect();
+        let rows = sim.replay(&mut c, &names, &f.decoder, raw, |r: &NvmeRecord| {
+            (r.core.submit_ns, r.status(), r.core.cmd_ns)
+        });
         sim.check(&cmds, &rows, c.counters().cut);
         assert_eq!(c.counters().incomplete, 0, "block completions: {block}");
     }

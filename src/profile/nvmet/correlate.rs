@@ -328,7 +328,7 @@ mod tests {
     /// ≈ 1.7 ms among commands of 80-400 µs.
     #[test]
     fn under_sustained_loss_no_command_takes_a_later_ones_completion() {
-        use crate::profile::shared::overflow_sim::{closed_loop, overflow, Kind, Overflow};
+        use crate::profile::shared::overflow_sim::{closed_loop, overflow, Kind};
         let f = formats();
         let cmds = closed_loop(400);
         let sim = overflow(&cmds, false);
@@ -337,23 +337,16 @@ mod tests {
             (Kind::Done, "nvmet:nvmet_req_complete"),
         ];
         let mut c = NvmetCorrelator::new(cfg());
-        let mut rows = Vec::new();
-        for (gaps, s) in &sim.kept {
-            for g in gaps {
-                assert!(c.on_missing(&Overflow::gap(*g, &names)));
-            }
+        let raw = |s: &crate::profile::shared::overflow_sim::Sample| {
             let m = &cmds[s.cmd];
-            let raw = match s.kind {
+            match s.kind {
                 Kind::Setup => init(&f, 1, m.qid, m.cid, 0x02, &rw_dwords(m.slba, 8)),
                 _ => done(&f, 1, m.qid, m.cid, 0),
-            };
-            let ev = f.decoder.decode(&raw, s.t, s.cpu).unwrap().expect("bound");
-            c.on_event(&ev, &mut |r| rows.push(r));
-        }
-        c.finish(&mut |r| rows.push(r));
-        let rows: Vec<_> = (rows.iter())
-            .map(|r| (r.core.submit_ns, r.status(), r.core.cmd_ns))
-            .collect();
+            }
+        };
+        let rows = sim.replay(&mut c, &names, &f.decoder, raw, |r: &NvmetRecord| {
+            (r.core.submit_ns, r.status(), r.core.cmd_ns)
+        });
         sim.check(&cmds, &rows, c.counters().cut);
         assert_eq!(c.counters().incomplete, 0);
     }

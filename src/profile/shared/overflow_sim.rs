@@ -9,7 +9,8 @@
 //! samples of each event went missing per 2 ms, before any later sample is correlated
 //! (as the live loop's hold makes it).
 
-use crate::correlate::{Gap, Status};
+use crate::correlate::{Correlator, Gap, Status};
+use crate::decode::Decoder;
 use std::collections::HashSet;
 
 /// One command as the device served it.
@@ -149,25 +150,44 @@ pub(crate) fn overflow(cmds: &[Cmd], block: bool) -> Overflow {
     Overflow { kept, gone }
 }
 
+/// A row as [`Overflow::check`] reads it: submit, status, command time.
+pub(crate) type Row = (u64, Status, Option<u64>);
+
 impl Overflow {
-    /// A gap as the correlator is told it, `names` giving each kind's event.
-    pub(crate) fn gap<'a>(
-        (kind, n, after, before): Missing,
-        names: &'a [(Kind, &'a str)],
-    ) -> Gap<'a> {
-        let event = names.iter().find(|(k, _)| *k == kind).map_or("", |x| x.1);
-        Gap {
-            event,
-            n,
-            after,
-            before,
+    /// Replays what the rings delivered through `c`, each gap told before the samples
+    /// after it (`names`: each kind's event), every sample laid out by `raw` as the
+    /// kernel writes it and decoded by `decoder`; the rows, read by `row`.
+    pub(crate) fn replay<C: Correlator>(
+        &self,
+        c: &mut C,
+        names: &[(Kind, &str)],
+        decoder: &Decoder<C::Event>,
+        raw: impl Fn(&Sample) -> Vec<u8>,
+        row: impl Fn(&C::Record) -> Row,
+    ) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for (gaps, s) in &self.kept {
+            for &(kind, n, after, before) in gaps {
+                let event = names.iter().find(|(k, _)| *k == kind).map_or("", |x| x.1);
+                let gap = Gap {
+                    event,
+                    n,
+                    after,
+                    before,
+                };
+                assert!(c.on_missing(&gap), "{gap:?} not taken");
+            }
+            let ev = (decoder.decode(&raw(s), s.t, s.cpu).unwrap()).expect("a bound event");
+            c.on_event(&ev, &mut |r| rows.push(row(&r)));
         }
+        c.finish(&mut |r| rows.push(row(&r)));
+        rows
     }
 
     /// Checks the rows (submit, status, command time) and the I/Os cut: no `ok` row
     /// slower than the slowest command or other than its command's time, and every
     /// command that lost its completion and not its setup cut, hardly any other.
-    pub(crate) fn check(&self, cmds: &[Cmd], rows: &[(u64, Status, Option<u64>)], cut: u64) {
+    pub(crate) fn check(&self, cmds: &[Cmd], rows: &[Row], cut: u64) {
         let took: std::collections::HashMap<u64, u64> =
             cmds.iter().map(|c| (c.submit, c.took)).collect();
         let slowest = cmds.iter().map(|c| c.took).max().unwrap_or(0);
