@@ -135,6 +135,20 @@ impl<V> DevMap<V> {
         Some(i)
     }
 
+    /// A lookup that leaves the remembered key as it is (for `&self` callers).
+    pub fn get(&self, dev: u32) -> Option<&V> {
+        let i = match self.last {
+            (d, i) if d == dev && i < self.values.len() => i,
+            _ => *self.index.get(&dev)?,
+        };
+        self.values.get(i)
+    }
+
+    /// Every value, in the order the keys were first seen.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.values.iter()
+    }
+
     #[inline]
     pub fn get_mut(&mut self, dev: &u32) -> Option<&mut V> {
         let i = self.find(*dev)?;
@@ -278,6 +292,7 @@ mod tests {
                 *m.entry(dev).or_default() += 1;
                 *want.entry(dev).or_default() += 1;
             }
+            assert_eq!(m.get(dev).copied(), want.get(&dev).copied(), "{dev}");
             assert_eq!(m.get_mut(&dev).copied(), want.get(&dev).copied(), "{dev}");
         }
         assert_eq!(*m.entry(0).or_insert(9), want[&0]);

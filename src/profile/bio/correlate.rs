@@ -32,7 +32,7 @@ use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::windows::Windows;
 use crate::correlate::yardstick::{Yardstick, SURELY};
-use crate::correlate::{Correlator, Counters, FxMap, Gap, Status, UnmatchedLog};
+use crate::correlate::{Correlator, Counters, DevMap, FxMap, Gap, Status, UnmatchedLog};
 use crate::decode::Event;
 use crate::device::{dev_major, dev_minor};
 use crate::profile::shared::block_events::Op;
@@ -120,7 +120,7 @@ pub struct BioCorrelator {
     /// Event time of the next scan for bios that lost their completion.
     next_scan: u64,
     /// Per device, the q2c of pairings with one candidate.
-    certain: Vec<(u32, Yardstick)>,
+    certain: DevMap<Yardstick>,
 }
 
 /// Between scans for bios that lost their completion, in event time.
@@ -168,14 +168,13 @@ impl BioCorrelator {
             missing: Windows::default(),
             complete_horizon: 0,
             next_scan: 0,
-            certain: Vec::new(),
+            certain: DevMap::default(),
         }
     }
 
     /// [`SURELY`] of the q2c of `dev`'s pairings with one candidate.
     fn surely(&self, dev: u32) -> u64 {
-        let l = self.certain.iter().find(|(d, _)| *d == dev);
-        SURELY(l.map_or(0, |(_, y)| y.value()))
+        SURELY(self.certain.get(dev).map_or(0, Yardstick::value))
     }
 
     /// Whether bio `io` of `dev`, at `t`, is one that lost a completion still
@@ -235,7 +234,7 @@ impl BioCorrelator {
                 self.cut(key, io, out);
             }
         }
-        let longest = (self.certain.iter()).map(|(_, y)| y.value()).max();
+        let longest = self.certain.values().map(Yardstick::value).max();
         self.missing
             .give_up(t.saturating_sub(SURELY(longest.unwrap_or(0))));
     }
@@ -404,14 +403,7 @@ impl BioCorrelator {
                     // at its place that lost its queue is a pairing with one candidate
                     // too: a percentile that a few such do not move (see `Yardstick`).
                     let q2c = t.saturating_sub(io.first);
-                    match self.certain.iter_mut().find(|(d, _)| *d == e.dev) {
-                        Some((_, y)) => y.add(q2c),
-                        None => {
-                            let mut y = Yardstick::default();
-                            y.add(q2c);
-                            self.certain.push((e.dev, y));
-                        }
-                    }
+                    self.certain.entry(e.dev).or_default().add(q2c);
                 }
                 self.emit(at, io, Some((t, e.error, held)), out);
             }

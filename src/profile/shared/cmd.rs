@@ -8,7 +8,7 @@ use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::windows::Windows;
 use crate::correlate::yardstick::{Yardstick, SURELY};
-use crate::correlate::{Counters, FxMap, Gap, Status};
+use crate::correlate::{Counters, DevMap, FxMap, Gap, Status};
 use crate::filter::Filter;
 use crate::profile::PlanCtx;
 use crate::record::size_class;
@@ -243,7 +243,7 @@ pub(crate) struct CmdTracker {
     /// Event time of the next scan for commands that lost their completion.
     next_scan: u64,
     /// Per controller, the command time of successful pairings.
-    yards: Vec<(u32, Yardstick)>,
+    yards: DevMap<Yardstick>,
 }
 
 /// Between scans for commands that lost their completion, in event time.
@@ -264,7 +264,7 @@ impl CmdTracker {
             missing: Windows::default(),
             done_horizon: 0,
             next_scan: 0,
-            yards: Vec::new(),
+            yards: DevMap::default(),
         }
     }
 
@@ -280,8 +280,7 @@ impl CmdTracker {
 
     /// [`SURELY`] of controller `ctrl`'s yardstick; `None` before its first pairing.
     fn surely(&self, ctrl: u32) -> Option<u64> {
-        let (_, y) = self.yards.iter().find(|(c, _)| *c == ctrl)?;
-        Some(SURELY(y.value()))
+        self.yards.get(ctrl).map(|y| SURELY(y.value()))
     }
 
     /// Whether command `p`, at `t`, is one that lost a completion still unaccounted:
@@ -327,7 +326,7 @@ impl CmdTracker {
                 out(self.cut(p));
             }
         }
-        let longest = self.yards.iter().map(|(_, y)| y.value()).max();
+        let longest = self.yards.values().map(Yardstick::value).max();
         self.missing
             .give_up(t.saturating_sub(SURELY(longest.unwrap_or(0))));
         self.counters.in_flight = self.pending.len() as u64;
@@ -467,14 +466,7 @@ impl CmdTracker {
         }
         if let Some(p) = found.as_ref().filter(|_| done.status == 0) {
             let took = t.saturating_sub(p.submit);
-            match self.yards.iter_mut().find(|(c, _)| *c == p.cmd.ctrl_id) {
-                Some((_, y)) => y.add(took),
-                None => {
-                    let mut y = Yardstick::default();
-                    y.add(took);
-                    self.yards.push((p.cmd.ctrl_id, y));
-                }
-            }
+            self.yards.entry(p.cmd.ctrl_id).or_default().add(took);
         }
         self.counters.in_flight = self.pending.len() as u64;
         found.map_or(Claim::Missing, Claim::Found)
