@@ -11,6 +11,7 @@ pub mod biojoin;
 pub mod gate;
 pub mod inflight;
 pub mod keyed;
+pub mod lost;
 pub mod windows;
 pub mod yardstick;
 

@@ -6,9 +6,8 @@
 use super::nvme_events::{opcode_name, DiskName, NvmeCmd, NvmeDone};
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::windows::Windows;
-use crate::correlate::yardstick::{Yardstick, SURELY};
-use crate::correlate::{Counters, DevMap, FxMap, Gap, Status};
+use crate::correlate::lost::LostEnds;
+use crate::correlate::{Counters, FxMap, Gap, Status};
 use crate::filter::Filter;
 use crate::profile::PlanCtx;
 use crate::record::size_class;
@@ -210,9 +209,9 @@ pub(crate) type Finished = (Pending, Option<(u64, NvmeDone)>);
 /// command with its id whose setup went missing too: under sustained overflow a run of
 /// lost samples on one CPU makes one `ok` row of two or more commands. The tracker
 /// hears of missing completions before what follows them (the caller's
-/// `Correlator::on_missing`) and keeps them per window. A command submitted before a
-/// window closed and in flight past [`SURELY`] of its controller's [`Yardstick`] (the
-/// command time of its successful pairings) is the one that lost it: `dropped`, out of
+/// `Correlator::on_missing`) and keeps them per window ([`LostEnds`]). A command
+/// submitted before a window closed and in flight past `SURELY` of its controller's
+/// yardstick (the command time of its successful pairings) is the one that lost it: `dropped`, out of
 /// the depth, never paired; the completion that found it belongs to a command whose
 /// setup went missing (`unmatched`). It is looked for when a completion comes for its
 /// id and, while a completion is unaccounted, among all commands every millisecond of
@@ -236,18 +235,10 @@ pub(crate) struct CmdTracker {
     /// `complete`). Never on the host, where controller instance 0 is `nvme0`.
     pub(crate) ctrl0_fallback: bool,
     pub(crate) gate: Gate,
-    /// Completions counted missing, not yet pinned on a command.
-    missing: Windows,
-    /// The latest a completion went missing by, pinned or not (0: none).
-    done_horizon: u64,
-    /// Event time of the next scan for commands that lost their completion.
-    next_scan: u64,
-    /// Per controller, the command time of successful pairings.
-    yards: DevMap<Yardstick>,
+    /// Completions that went missing, and per controller the command time of
+    /// successful pairings.
+    ends: LostEnds,
 }
-
-/// Between scans for commands that lost their completion, in event time.
-const SCAN_EVERY_NS: u64 = 1_000_000;
 
 impl CmdTracker {
     pub(crate) fn new(cfg: NvmeConfig) -> CmdTracker {
@@ -261,10 +252,7 @@ impl CmdTracker {
             unmatched_log: Default::default(),
             ctrl0_fallback: false,
             gate: Gate::default(),
-            missing: Windows::default(),
-            done_horizon: 0,
-            next_scan: 0,
-            yards: DevMap::default(),
+            ends: LostEnds::default(),
         }
     }
 
@@ -273,62 +261,47 @@ impl CmdTracker {
     /// completion `unmatched`.
     pub(crate) fn on_missing(&mut self, gap: &Gap<'_>, done: &str) {
         if gap.event.rsplit(':').next() == Some(done) {
-            self.missing.add(gap.n, gap.after, gap.before);
-            self.done_horizon = self.done_horizon.max(gap.before);
+            self.ends.add(gap);
         }
     }
 
-    /// [`SURELY`] of controller `ctrl`'s yardstick; `None` before its first pairing.
-    fn surely(&self, ctrl: u32) -> Option<u64> {
-        self.yards.get(ctrl).map(|y| SURELY(y.value()))
-    }
-
-    /// Whether command `p`, at `t`, is one that lost a completion still unaccounted:
-    /// submitted before one went missing, and in flight past [`SURELY`].
+    /// Whether command `p`, at `t`, is one that lost a completion still unaccounted.
     fn lost(&self, p: &Pending, t: u64) -> bool {
-        p.submit <= self.missing.horizon()
-            && self
-                .surely(p.cmd.ctrl_id)
-                .is_some_and(|s| t.saturating_sub(p.submit) > s)
+        self.ends.lost(p.cmd.ctrl_id, p.submit, t)
     }
 
     /// Command `p`, out of flight, lost its completion (one missing since it was
     /// submitted, if still unaccounted): `dropped`.
-    fn cut(&mut self, mut p: Pending) -> Finished {
-        self.missing.take(|w| w.before >= p.submit);
+    fn cut(&mut self, p: Pending) -> Finished {
+        self.ends.pin(p.submit);
+        self.dropped(p)
+    }
+
+    /// Command `p`, its missing completion pinned on it, is `dropped`.
+    fn dropped(&mut self, mut p: Pending) -> Finished {
         self.counters.cut += 1;
         p.lost = true;
         (p, None)
     }
 
     /// Every millisecond of event time while a completion is unaccounted: the commands
-    /// that lost theirs (oldest first, one per completion missing since its submit),
-    /// then the windows no command can still be found for are given up.
+    /// that lost theirs are cut (see [`LostEnds::scan`]).
     fn scan(&mut self, t: u64, out: &mut dyn FnMut(Finished)) {
-        if self.missing.is_empty() || t < self.next_scan {
+        if !self.ends.scan_due(t) {
             return;
         }
-        self.next_scan = t + SCAN_EVERY_NS;
         let mut lost = Vec::new();
         self.pending.for_each(|k, p| {
             if self.lost(p, t) {
-                lost.push((p.submit, *k));
+                lost.push((p.submit, (*k, p.submit)));
             }
         });
-        lost.sort_unstable();
-        for (submit, key) in lost {
-            // None left that went missing after it was submitted (nor after a later one).
-            if self.missing.is_empty() || self.missing.horizon() < submit {
-                break;
-            }
+        for (key, submit) in self.ends.scan(t, lost) {
             if let Some((p, _)) = self.pending.take_where(&key, |p| p.submit == submit) {
                 self.left(&p);
-                out(self.cut(p));
+                out(self.dropped(p));
             }
         }
-        let longest = self.yards.values().map(Yardstick::value).max();
-        self.missing
-            .give_up(t.saturating_sub(SURELY(longest.unwrap_or(0))));
         self.counters.in_flight = self.pending.len() as u64;
     }
 
@@ -375,7 +348,7 @@ impl CmdTracker {
         let key = (cmd.ctrl_id, cmd.qid, cmd.cid);
         let depth = self.depth.entry((cmd.ctrl_id, cmd.qid)).or_insert(0);
         *depth += 1;
-        let qd = Some(*depth).filter(|_| self.missing.is_empty());
+        let qd = Some(*depth).filter(|_| !self.ends.unaccounted());
         let p = Pending {
             submit: t,
             cmd: *cmd,
@@ -397,7 +370,7 @@ impl CmdTracker {
             // The same command id started again while we still held the previous
             // command: its completion was lost (or never traced). Give the old one up
             // so each row stays one command, and count why.
-            if old.submit <= self.done_horizon {
+            if self.ends.since(old.submit) {
                 out(self.cut(old));
             } else {
                 self.counters.requeued += 1;
@@ -447,7 +420,7 @@ impl CmdTracker {
         if !self.cfg.select.keeps_queue(done.ctrl_id, done.qid) {
             return Claim::Ignored;
         }
-        if !self.missing.is_empty() {
+        if self.ends.unaccounted() {
             self.scan(t, out);
         }
         let key = (done.ctrl_id, done.qid, done.cid);
@@ -460,13 +433,13 @@ impl CmdTracker {
         if let Some(p) = &found {
             self.left(p);
         }
-        if let Some(p) = found.take_if(|p| !self.missing.is_empty() && self.lost(p, t)) {
+        if let Some(p) = found.take_if(|p| self.ends.unaccounted() && self.lost(p, t)) {
             // Its id's next command, whose setup went missing too, completed.
             out(self.cut(p));
         }
         if let Some(p) = found.as_ref().filter(|_| done.status == 0) {
             let took = t.saturating_sub(p.submit);
-            self.yards.entry(p.cmd.ctrl_id).or_default().add(took);
+            self.ends.served(p.cmd.ctrl_id, took);
         }
         self.counters.in_flight = self.pending.len() as u64;
         found.map_or(Claim::Missing, Claim::Found)
@@ -517,14 +490,14 @@ impl CmdTracker {
         for p in left {
             // Submitted before a completion went missing: whether it lost it or the
             // run ended first is not known, which `incomplete` would say.
-            if p.submit <= self.done_horizon {
+            if self.ends.since(p.submit) {
                 out(self.cut(p));
             } else {
                 self.counters.incomplete += 1;
                 out((p, None));
             }
         }
-        self.missing = Windows::default();
+        self.ends.clear();
         self.depth.clear();
         self.counters.in_flight = 0;
     }
