@@ -82,7 +82,9 @@ impl LostEnds {
     /// The I/Os to cut out of `candidates` (start, key) that [`lost`](Self::lost) their
     /// end at `t`: oldest first, one per end missing since its start; each is pinned.
     /// Then the ends no I/O can still be found for (every I/O started before them is
-    /// past [`SURELY`] of the slowest controller) are given up.
+    /// past [`SURELY`] of the slowest controller) are given up; none before an I/O has
+    /// ended whole, since until then none can be found (a ring that overflows from the
+    /// start loses ends before the first pairing).
     pub fn scan<K>(&mut self, t: u64, mut candidates: Vec<(u64, K)>) -> Vec<K> {
         candidates.sort_unstable_by_key(|c| c.0);
         let mut cut = Vec::new();
@@ -94,9 +96,9 @@ impl LostEnds {
             self.pin(start);
             cut.push(key);
         }
-        let longest = self.yards.values().map(Yardstick::value).max();
-        self.missing
-            .give_up(t.saturating_sub(SURELY(longest.unwrap_or(0))));
+        if let Some(longest) = self.yards.values().map(Yardstick::value).max() {
+            self.missing.give_up(t.saturating_sub(SURELY(longest)));
+        }
         cut
     }
 
@@ -151,7 +153,12 @@ mod tests {
         );
         assert_eq!(cut, ['a', 'b']);
         assert!(!l.unaccounted());
-        // An end no I/O was found for is given up once 200 µs past its window.
+        // An end no I/O was found for is given up once 200 µs past its window; none
+        // before the first pairing.
+        let mut fresh = LostEnds::default();
+        fresh.add(&gap(1, 0, 1_000));
+        fresh.scan(9_000_000, Vec::<(u64, ())>::new());
+        assert!(fresh.unaccounted());
         l.add(&gap(1, 3_000_000, 4_000_000));
         assert!(l.scan(4_100_000, Vec::<(u64, ())>::new()).is_empty());
         assert!(l.unaccounted());

@@ -734,6 +734,7 @@ fn under_sustained_loss_no_command_takes_a_later_ones_completion() {
             ),
             Kind::Done => done_raw(&f.done, 0, m.qid, m.cid, 0, b"nvme0n1"),
             Kind::BlockDone => rq_done_raw(&f.complete, m.slba, 8),
+            Kind::Mid(_) => unreachable!("no such sample here"),
         }
     };
     for block in [false, true] {

@@ -29,6 +29,21 @@ pub enum HostKind {
     ProcessNvmeCqe,
 }
 
+impl HostKind {
+    /// Fired for a PDU the target sent for the command: it can only follow the
+    /// command's `queue_rq`, and comes before its request completes (a send event of a
+    /// command can come after its completion).
+    pub fn is_reply(self) -> bool {
+        matches!(
+            self,
+            HostKind::HandleR2t
+                | HostKind::HandleC2hData
+                | HostKind::RecvData
+                | HostKind::ProcessNvmeCqe
+        )
+    }
+}
+
 /// Target (`nvmet_tcp`) event kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TargetKind {

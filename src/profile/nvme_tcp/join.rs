@@ -15,7 +15,8 @@ use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started};
 use crate::correlate::keyed::Keyed;
-use crate::correlate::{Correlator, Counters, FxMap, UnmatchedLog};
+use crate::correlate::lost::LostEnds;
+use crate::correlate::{Correlator, Counters, FxMap, Gap, UnmatchedLog};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 
@@ -39,6 +40,21 @@ impl Started for AtSector {
 /// Each side's I/Os are held in place under their command's key ([`host_key`],
 /// [`tgt_key`]): an event is one lookup, and an I/O's state is moved only when it
 /// leaves.
+///
+/// # Lost samples
+/// A command id is reused once its command is over, with a generation in its top bits
+/// on Linux hosts (the same cid every 16th use of a tag). An I/O whose end the kernel
+/// counted and never wrote (the host's completion, the target's response send) stays
+/// in flight under its id, and the events of the command that next has the id, whose
+/// start went missing too, would land on it: one row of 16 commands, `ok` where the
+/// chain looks whole. Each side keeps its missing ends ([`LostEnds`]) and how long its
+/// I/Os take per controller. An event for an I/O in flight past `SURELY` of that, with
+/// an end missing since it started, is not its own: the I/O is cut (`dropped`) and the
+/// event is treated as one of an I/O whose start was not seen. While an end is
+/// unaccounted the same is looked for among all I/Os every millisecond of event time,
+/// and `qd` is empty (an I/O that lost its end still counts in the depth). An I/O given
+/// up without its end (its id came back, its block completion came, the run ended)
+/// with an end missing since it started is `dropped`, not `incomplete`.
 pub struct TcpCorrelator {
     cfg: TcpConfig,
     pub(super) hosts: Keyed<HostIo>,
@@ -65,7 +81,24 @@ pub struct TcpCorrelator {
     /// When completions were unmatched (see `Correlator::unmatched_at`).
     unmatched_log: UnmatchedLog,
     gate: Gate,
+    /// Host completions that went missing (`process_nvme_cqe`; `recv_data` too once a
+    /// C2H SUCCESS PDU ended an I/O), and per controller (ctrl_id) how long host I/Os
+    /// take from `queue_rq`. See [`LostEnds`] and "Lost samples" in the type's doc.
+    host_ends: LostEnds,
+    /// Target reply sends (`try_send_response`) that went missing, and per cntlid how
+    /// long target I/Os take from `done_recv_pdu`.
+    tgt_ends: LostEnds,
+    /// A C2H data PDU with the SUCCESS flag ended an I/O (no response capsule): a
+    /// missing `recv_data` may be an I/O's end.
+    c2h_ends: bool,
+    /// Per host blk-mq tag ([`host_key`] of ctrl_id, qid, tag): the key of the latest
+    /// command seen on it. A tag is not reused while its request is in flight, so a
+    /// command of another cid on it means the one held there is over.
+    tags: FxMap<u64, u64>,
 }
+
+/// The tag of the async event request, which has no blk-mq request.
+const NO_TAG: u16 = 0xffff;
 
 fn mark(set: &mut [u64; 1024], cntlid: u16) {
     set[cntlid as usize / 64] |= 1 << (cntlid % 64);
@@ -96,6 +129,10 @@ impl TcpCorrelator {
             counters: Counters::default(),
             unmatched_log: UnmatchedLog::default(),
             gate: Gate::default(),
+            host_ends: LostEnds::default(),
+            tgt_ends: LostEnds::default(),
+            c2h_ends: false,
+            tags: FxMap::default(),
         }
     }
 
@@ -159,22 +196,33 @@ impl TcpCorrelator {
         if (e.qid == 0 && !self.cfg.admin) || !self.sampled(e.cid) {
             return;
         }
+        if self.host_ends.unaccounted() {
+            self.scan_hosts(t, out);
+        }
         let key = host_key(e.ctrl_id, e.qid, e.cid);
         if e.kind == HostKind::QueueRq {
             return self.start_host(t, key, e, out);
         }
         let Some(io) = self.hosts.get_mut(key) else {
-            if e.kind == HostKind::ProcessNvmeCqe && !self.gate.explains(e.cid.into(), t) {
-                // A completion whose command we never saw start.
-                self.counters.unmatched += 1;
-                self.unmatched_log.note(t, self.counters.unmatched);
+            if e.kind.is_reply() {
+                // The reply of a command whose start went missing: its tag's last holder
+                // is over.
+                self.tag_taken(e, key, out);
             }
-            return;
+            return self.stray_host(t, e);
         };
         if io.done.is_some() {
             // Completed, waiting for its block completion: late send events of the
             // finished command (done_send_req after the reply) change nothing.
             return;
+        }
+        if self.host_ends.unaccounted() && self.host_ends.lost(io.part.ctrl_id, io.first, t) {
+            // It lost its end; this event is of the command its id serves now, whose
+            // start went missing too.
+            let first = io.first;
+            self.host_ends.pin(first);
+            self.cut_host(key, out);
+            return self.stray_host(t, e);
         }
         let pdu = e.pdu();
         match e.kind {
@@ -202,6 +250,7 @@ impl TcpCorrelator {
             HostKind::RecvData => {
                 if pdu.flags & C2H_SUCCESS != 0 {
                     io.done = Some(t);
+                    self.c2h_ends = true;
                 }
             }
             HostKind::ProcessNvmeCqe => {
@@ -212,7 +261,11 @@ impl TcpCorrelator {
             HostKind::TrySendCmdPdu | HostKind::TrySendDataPdu | HostKind::TrySendData => {}
             HostKind::QueueRequest => {}
         }
-        if io.done.is_some() {
+        if let Some(done) = io.done {
+            if io.part.nvme_status.unwrap_or(0) == 0 {
+                self.host_ends
+                    .served(io.part.ctrl_id, done.saturating_sub(io.first));
+            }
             let wait_block = self.cfg.block && io.blk.is_some();
             if !wait_block {
                 self.close_host(key, None, out);
@@ -226,11 +279,9 @@ impl TcpCorrelator {
         if let Some(old) = self.hosts.remove(key) {
             // The cid came back: the old command is over even if its end was not
             // seen (lost samples, or its block completion never came).
-            if old.done.is_none() {
-                self.counters.incomplete += 1;
-            }
-            self.emit_io(old, None, out);
+            self.give_up_host(old, out);
         }
+        self.tag_taken(e, key, out);
         if !self.gate.admits(e.cid.into(), t) {
             return;
         }
@@ -238,7 +289,7 @@ impl TcpCorrelator {
         let mut io = HostIo::new(t, e);
         let (queue, depth) = self.enqueue(false, e.ctrl_id, e.qid);
         io.queue = queue;
-        io.part.qd = Some(depth);
+        io.part.qd = Some(depth).filter(|_| !self.host_ends.unaccounted());
         io.queue_rq = Some(t);
         io.phase_start = Some(t);
         let mut blk = None;
@@ -265,7 +316,7 @@ impl TcpCorrelator {
         }
         for io in evicted {
             self.counters.incomplete += 1;
-            self.emit_io(io, None, out);
+            self.emit_io(io, false, out);
         }
     }
 
@@ -275,18 +326,104 @@ impl TcpCorrelator {
     #[inline(never)]
     fn close_host(&mut self, key: u64, end: Option<u64>, out: &mut dyn FnMut(TcpRecord)) {
         let block = self.cfg.block;
-        let left = self
-            .hosts
-            .remove_with(key, |io| (io.finish(end, block), io.queue, io.blk));
-        if let Some((h, queue, blk)) = left {
-            self.emit_host(h, queue, blk, end, out);
+        let left = self.hosts.remove_with(key, |io| {
+            let no_end = io.done.is_none().then_some(io.first);
+            (io.finish(end, block), io.queue, io.blk, no_end)
+        });
+        if let Some((h, queue, blk, no_end)) = left {
+            let dropped = no_end.is_some_and(|first| self.host_lost_end(first));
+            self.emit_host(h, queue, blk, end, dropped, out);
         }
     }
 
+    /// Host I/O `key` lost its end (see "Lost samples"): `dropped`.
+    #[inline(never)]
+    fn cut_host(&mut self, key: u64, out: &mut dyn FnMut(TcpRecord)) {
+        let block = self.cfg.block;
+        let left = self
+            .hosts
+            .remove_with(key, |io| (io.finish(None, block), io.queue, io.blk));
+        if let Some((h, queue, blk)) = left {
+            self.counters.cut += 1;
+            self.emit_host(h, queue, blk, None, true, out);
+        }
+    }
+
+    /// A host I/O started at `start` is given up without its end: whether an end went
+    /// missing since (then it is pinned on this I/O, `dropped`; else it is `incomplete`).
+    fn host_lost_end(&mut self, start: u64) -> bool {
+        let lost = self.host_ends.since(start);
+        if lost {
+            self.host_ends.pin(start);
+            self.counters.cut += 1;
+        }
+        lost
+    }
+
+    /// A host I/O out of the table, given up without its block completion: counted,
+    /// and emitted.
+    fn give_up_host(&mut self, io: HostIo, out: &mut dyn FnMut(TcpRecord)) {
+        let dropped = io.done.is_none() && self.host_lost_end(io.first);
+        if io.done.is_none() && !dropped {
+            self.counters.incomplete += 1;
+        }
+        self.emit_io(io, dropped, out);
+    }
+
     /// [`close_host`](Self::close_host) of an I/O already out of the table.
-    fn emit_io(&mut self, io: HostIo, end: Option<u64>, out: &mut dyn FnMut(TcpRecord)) {
-        let h = io.finish(end, self.cfg.block);
-        self.emit_host(h, io.queue, io.blk, end, out);
+    fn emit_io(&mut self, io: HostIo, dropped: bool, out: &mut dyn FnMut(TcpRecord)) {
+        let h = io.finish(None, self.cfg.block);
+        self.emit_host(h, io.queue, io.blk, None, dropped, out);
+    }
+
+    /// Every millisecond of event time while a host end is unaccounted: the host I/Os
+    /// that lost theirs are cut.
+    #[inline(never)]
+    fn scan_hosts(&mut self, t: u64, out: &mut dyn FnMut(TcpRecord)) {
+        if !self.host_ends.scan_due(t) {
+            return;
+        }
+        let mut lost = Vec::new();
+        let ends = &self.host_ends;
+        self.hosts.for_each_mut(|key, io| {
+            if io.done.is_none() && ends.lost(io.part.ctrl_id, io.first, t) {
+                lost.push((io.first, key));
+            }
+        });
+        for key in self.host_ends.scan(t, lost) {
+            self.cut_host(key, out);
+        }
+    }
+
+    /// Command `key` holds its blk-mq tag now: the command held there before, if still
+    /// waiting for its completion, lost it (or it was requeued): it is given up. One
+    /// that completed and waits for its block completion is left to it.
+    fn tag_taken(&mut self, e: &HostEvent, key: u64, out: &mut dyn FnMut(TcpRecord)) {
+        if e.tag == NO_TAG {
+            return;
+        }
+        if self.tags.len() >= 4 * self.cfg.max_in_flight {
+            // Tags of queues long gone (or garbage): what is in flight re-enters.
+            self.tags.clear();
+        }
+        let prev = self.tags.insert(host_key(e.ctrl_id, e.qid, e.tag), key);
+        let Some(prev) = prev.filter(|&p| p != key) else {
+            return;
+        };
+        if self.hosts.get(prev).is_some_and(|io| io.done.is_none()) {
+            if let Some(old) = self.hosts.remove(prev) {
+                self.give_up_host(old, out);
+            }
+        }
+    }
+
+    /// A host event of no I/O in flight (its start went missing, or was before the run).
+    fn stray_host(&mut self, t: u64, e: &HostEvent) {
+        if e.kind == HostKind::ProcessNvmeCqe && !self.gate.explains(e.cid.into(), t) {
+            // A completion whose command we never saw start.
+            self.counters.unmatched += 1;
+            self.unmatched_log.note(t, self.counters.unmatched);
+        }
     }
 
     /// Host part `h` is over: it leaves its queue (number `queue`) and its place
@@ -297,6 +434,7 @@ impl TcpCorrelator {
         queue: u32,
         blk: Option<(u32, u64)>,
         end: Option<u64>,
+        dropped: bool,
         out: &mut dyn FnMut(TcpRecord),
     ) {
         self.dequeue(queue);
@@ -306,52 +444,68 @@ impl TcpCorrelator {
             self.by_sector.take_where(&b, |a| a.key == own);
         }
         let cntlid = h.cntlid;
-        let target = if self.cfg.side.target() {
+        let (target, tgt_dropped) = if self.cfg.side.target() {
             self.take_target(&h)
+                .map_or((None, false), |(t, d)| (Some(t), d))
         } else {
-            None
+            (None, false)
         };
         out(TcpRecord {
             host: Some(h),
             target,
             expect_host: self.cfg.side.host(),
             expect_target: self.cfg.side == Side::Both && seen(&self.tgt_ctrls, cntlid),
-            dropped: false,
+            dropped: dropped || tgt_dropped,
         });
     }
 
     /// The target part of host part `h` in a joint recording (same clock): closed, or
     /// still open (a read's data was sent, the response capsule event not seen yet),
-    /// it is taken with what it has.
-    fn take_target(&mut self, h: &HostPart) -> Option<TargetPart> {
+    /// it is taken with what it has; with whether it lost its end (`dropped`).
+    fn take_target(&mut self, h: &HostPart) -> Option<(TargetPart, bool)> {
         let key = tgt_key(h.cntlid, h.qid, h.cid);
-        let (part, queue, closed) = self.targets.remove_with_if(
+        let (part, queue, closed, lost, sent, first) = self.targets.remove_with_if(
             key,
             |t| fits(h, &t.part, 0),
-            |io| (io.finish(), io.queue, io.closed),
+            |io| {
+                (
+                    io.finish(),
+                    io.queue,
+                    io.closed,
+                    io.lost,
+                    io.response_sent,
+                    io.first,
+                )
+            },
         )?;
         self.left_target(queue, closed);
-        Some(part)
+        // Taken without its reply: the reply send went missing, if one did.
+        let no_end = !sent && part.missing & M_T_REPLY_SEND != 0;
+        let dropped = lost || (no_end && self.tgt_lost_end(first));
+        Some((part, dropped))
     }
 
     fn on_target(&mut self, t: u64, e: &TargetEvent, out: &mut dyn FnMut(TcpRecord)) {
         if (e.qid == 0 && !self.cfg.admin) || !self.sampled(e.cid) {
             return;
         }
+        if self.tgt_ends.unaccounted() {
+            self.scan_targets(t, out);
+        }
         let key = tgt_key(e.cntlid, e.qid, e.cid);
         if e.kind == TargetKind::DoneRecvPdu {
             return self.start_target(t, key, e, out);
         }
         let Some(io) = self.targets.get_mut(key).filter(|io| !io.closed) else {
-            // Resumed sends of a record already closed are expected; a completion
-            // without a start is not.
-            if e.kind == TargetKind::QueueResponse && !e.r2t && !self.gate.explains(e.cid.into(), t)
-            {
-                self.counters.unmatched += 1;
-                self.unmatched_log.note(t, self.counters.unmatched);
-            }
-            return;
+            return self.stray_target(t, e);
         };
+        if self.tgt_ends.unaccounted() && self.tgt_ends.lost(e.cntlid.into(), io.first, t) {
+            // As on the host: it lost its reply send, and this event is another's.
+            let first = io.first;
+            self.tgt_ends.pin(first);
+            self.cut_target(key, out);
+            return self.stray_target(t, e);
+        }
         match e.kind {
             TargetKind::DoneRecvPdu => {}
             TargetKind::ExecReadReq | TargetKind::ExecWriteReq => {
@@ -396,6 +550,10 @@ impl TcpCorrelator {
             | TargetKind::TrySendData => {}
         }
         if io.response_sent {
+            if io.part.nvme_status.unwrap_or(0) == 0 {
+                let took = t.saturating_sub(io.first);
+                self.tgt_ends.served(e.cntlid.into(), took);
+            }
             if self.cfg.side.host() {
                 // Its host part claims it when the host completes (joint runs): it
                 // waits where it is, out of its queue.
@@ -424,12 +582,12 @@ impl TcpCorrelator {
         let mut io = TgtIo::new(t, e);
         let (queue, depth) = self.enqueue(true, e.cntlid.into(), e.qid);
         io.queue = queue;
-        io.part.qd = Some(depth);
+        io.part.qd = Some(depth).filter(|_| !self.tgt_ends.unaccounted());
         let mut evicted = Vec::new();
         self.targets.insert(key, io, &mut |_, io| evicted.push(io));
         for io in evicted {
             self.left_target(io.queue, io.closed);
-            self.emit_target(io.finish(), out);
+            self.emit_target(io.finish(), false, out);
         }
         mark(&mut self.tgt_ctrls, e.cntlid);
     }
@@ -448,17 +606,69 @@ impl TcpCorrelator {
     /// will claim it). Once per I/O, out of line.
     #[inline(never)]
     fn close_target(&mut self, key: u64, out: &mut dyn FnMut(TcpRecord)) {
-        let left = self
-            .targets
-            .remove_with(key, |io| (io.finish(), io.queue, io.closed));
-        if let Some((part, queue, closed)) = left {
+        let left = (self.targets).remove_with(key, |io| {
+            let no_end = (!io.response_sent).then_some(io.first);
+            (io.finish(), io.queue, io.closed, io.lost, no_end)
+        });
+        if let Some((part, queue, closed, lost, no_end)) = left {
             self.left_target(queue, closed);
-            self.emit_target(part, out);
+            // Its id came back and its reply send was never seen.
+            let dropped = lost || no_end.is_some_and(|first| self.tgt_lost_end(first));
+            self.emit_target(part, dropped, out);
         }
     }
 
-    fn emit_target(&mut self, t: TargetPart, out: &mut dyn FnMut(TcpRecord)) {
-        if t.missing & M_T_REPLY_SEND != 0 {
+    /// Target I/O `key` lost its reply send (see "Lost samples"): `dropped`.
+    #[inline(never)]
+    fn cut_target(&mut self, key: u64, out: &mut dyn FnMut(TcpRecord)) {
+        let left = (self.targets).remove_with(key, |io| (io.finish(), io.queue, io.closed));
+        if let Some((part, queue, closed)) = left {
+            self.counters.cut += 1;
+            self.left_target(queue, closed);
+            self.emit_target(part, true, out);
+        }
+    }
+
+    /// As [`host_lost_end`](Self::host_lost_end), for a target I/O.
+    fn tgt_lost_end(&mut self, start: u64) -> bool {
+        let lost = self.tgt_ends.since(start);
+        if lost {
+            self.tgt_ends.pin(start);
+            self.counters.cut += 1;
+        }
+        lost
+    }
+
+    /// As [`scan_hosts`](Self::scan_hosts), for the open target I/Os.
+    #[inline(never)]
+    fn scan_targets(&mut self, t: u64, out: &mut dyn FnMut(TcpRecord)) {
+        if !self.tgt_ends.scan_due(t) {
+            return;
+        }
+        let mut lost = Vec::new();
+        let ends = &self.tgt_ends;
+        self.targets.for_each_mut(|key, io| {
+            if !io.closed && ends.lost(io.part.cntlid.into(), io.first, t) {
+                lost.push((io.first, key));
+            }
+        });
+        for key in self.tgt_ends.scan(t, lost) {
+            self.cut_target(key, out);
+        }
+    }
+
+    /// A target event of no open I/O: resumed sends of a record already closed are
+    /// expected; a completion without a start is not.
+    fn stray_target(&mut self, t: u64, e: &TargetEvent) {
+        if e.kind == TargetKind::QueueResponse && !e.r2t && !self.gate.explains(e.cid.into(), t) {
+            self.counters.unmatched += 1;
+            self.unmatched_log.note(t, self.counters.unmatched);
+        }
+    }
+
+    /// Target part `t` goes out alone; `dropped` when it lost its end (counted then).
+    fn emit_target(&mut self, t: TargetPart, dropped: bool, out: &mut dyn FnMut(TcpRecord)) {
+        if !dropped && t.missing & M_T_REPLY_SEND != 0 {
             self.counters.incomplete += 1;
         }
         let expect_host = self.cfg.side == Side::Both && seen(&self.host_ctrls, t.cntlid);
@@ -467,7 +677,7 @@ impl TcpCorrelator {
             target: Some(t),
             expect_host,
             expect_target: true,
-            dropped: false,
+            dropped,
         });
     }
 }
@@ -494,32 +704,55 @@ impl Correlator for TcpCorrelator {
         // Targets first: every one still open is over, and a host part still waiting
         // for its block completion may claim it.
         let mut open = Vec::new();
-        self.targets.for_each_mut(|_, io| {
+        self.targets.for_each_mut(|key, io| {
             if !io.closed {
                 io.closed = true;
-                open.push(io.queue);
+                open.push((key, io.queue, (!io.response_sent).then_some(io.first)));
             }
         });
-        for queue in open {
+        for (key, queue, no_end) in open {
             self.dequeue(queue);
             self.tgt_waiting += 1;
+            // Still open at the end, after a reply send went missing: whether it lost it
+            // or the run ended first is not known, which `incomplete` would say.
+            if no_end.is_some_and(|first| self.tgt_lost_end(first)) {
+                if let Some(io) = self.targets.get_mut(key) {
+                    io.lost = true;
+                }
+            }
         }
         let mut hosts = Vec::new();
         self.hosts.drain_all(&mut |_, io| hosts.push(io));
         for io in hosts {
-            if io.done.is_none() {
-                self.counters.incomplete += 1;
-            }
-            self.emit_io(io, None, out);
+            self.give_up_host(io, out);
         }
         let mut rest = Vec::new();
         self.targets.drain_all(&mut |_, io| rest.push(io));
         for io in rest {
             self.left_target(io.queue, io.closed);
-            self.emit_target(io.finish(), out);
+            self.emit_target(io.finish(), io.lost, out);
         }
+        self.host_ends.clear();
+        self.tgt_ends.clear();
         self.by_sector.clear();
         self.bios.clear();
+    }
+
+    /// The ends of I/Os are kept (see "Lost samples"); other missing samples are left
+    /// to the pipeline, which marks as many given-up rows `dropped`.
+    fn on_missing(&mut self, gap: &Gap<'_>) -> bool {
+        let name = gap.event.rsplit(':').next().unwrap_or("");
+        let host_end =
+            name == "nvme_tcp_process_nvme_cqe" || (name == "nvme_tcp_recv_data" && self.c2h_ends);
+        if host_end && self.cfg.side.host() {
+            self.host_ends.add(gap);
+            return true;
+        }
+        if name == "nvmet_tcp_try_send_response" && self.cfg.side.target() {
+            self.tgt_ends.add(gap);
+            return true;
+        }
+        false
     }
 
     fn unmatched_at(&self, t: u64) -> u64 {

@@ -18,6 +18,8 @@ pub mod target;
 mod tests;
 #[cfg(test)]
 mod tests_bounds;
+#[cfg(test)]
+mod tests_loss;
 
 use super::{
     sample, EventReq, MergeError, Merged, Plan, PlanBuilder, PlanCtx, PlanError, Profile,

@@ -36,6 +36,8 @@ pub(crate) struct TgtIo {
     /// Its reply went out and it waits for its host part (joint runs): no event of
     /// the target changes it any more.
     pub(crate) closed: bool,
+    /// Open at the end of the run after a reply send went missing: `dropped`.
+    pub(crate) lost: bool,
 }
 
 impl TgtIo {

@@ -73,6 +73,13 @@ impl Rig {
     }
 
     pub(super) fn push(&mut self, t: u64, event: &str, fields: &[(&str, u64)]) -> &mut Self {
+        let raw = self.raw(event, fields);
+        self.samples.push((t, self.cpu, raw));
+        self
+    }
+
+    /// A record of `event` with `fields` (the rest 0), laid out as the kernel writes it.
+    pub(super) fn raw(&self, event: &str, fields: &[(&str, u64)]) -> Vec<u8> {
         let fmt = &self.fmts[event];
         let mut b = RecordBuilder::new(fmt);
         for (k, v) in fields {
@@ -84,9 +91,7 @@ impl Rig {
         if event.starts_with("block_") {
             b = b.bytes("rwbs", b"R");
         }
-        let raw = b.build();
-        self.samples.push((t, self.cpu, raw));
-        self
+        b.build()
     }
 
     /// A host event of command `cid`.
