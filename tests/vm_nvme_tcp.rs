@@ -395,6 +395,58 @@ fn nvme_tcp_profile_in_the_vm() {
         dir.join("qd8-randwrite-128k-target.csv"),
     );
     merge_with_moved_clock(&dir, &host, &target);
+    check_overflow(&dir);
+}
+
+/// The joint recording with one-page rings (`overflow.csv`): rings overflow, and an
+/// I/O that lost its end must never take a later command's events. So no `ok` row's
+/// host or target time is above fio's slowest I/O, no row is deeper than fio's 64,
+/// `dropped` rows are the exit line's I/Os cut, and with nothing missing every I/O is
+/// an `ok` row.
+fn check_overflow(dir: &Path) {
+    let err = read(&dir.join("overflow.err"));
+    let fio_json = dir.join("fio-overflow.json");
+    let (ios, slowest) = (fio_ios(&fio_json), common::fio_lat_max_ns(&fio_json));
+    let rows = read_csv(&dir.join("overflow.csv"));
+    let count = |status: &str| rows.iter().filter(|r| r["status"] == status).count();
+    let (ok, dropped, incomplete) = (count("ok"), count("dropped"), count("incomplete"));
+    assert_eq!(
+        ok + dropped + incomplete,
+        rows.len(),
+        "overflow: a row neither ok, dropped nor incomplete\n{err}"
+    );
+    // One row per I/O cut, whether its host part, its target part or both lost an end.
+    let cut = common::exit_count(&err, "cut");
+    assert_eq!(
+        dropped as u64, cut,
+        "overflow: dropped rows and the exit line's I/Os cut\n{err}"
+    );
+    for col in ["host_total_ns", "target_total_ns"] {
+        let slow: Vec<_> = (rows.iter())
+            .filter(|r| r["status"] == "ok" && !r[col].is_empty() && num(r, col) > slowest as i64)
+            .collect();
+        assert!(
+            slow.is_empty(),
+            "overflow: {} ok rows with {col} above fio's slowest I/O ({slowest} ns), first {:?}\n{err}",
+            slow.len(),
+            slow.first()
+        );
+    }
+    for col in ["qd", "target_qd"] {
+        let deep = (rows.iter()).filter(|r| !r[col].is_empty() && num(r, col) > 64);
+        assert_eq!(deep.count(), 0, "overflow: {col} above 64\n{err}");
+    }
+    let missing = common::exit_count(&err, "lost") + common::exit_count(&err, "dropped");
+    eprintln!(
+        "overflow: fio {ios} I/Os, slowest {slowest} ns; {} rows: {ok} ok, {dropped} dropped, {incomplete} incomplete; {cut} cut; {missing} samples missing",
+        rows.len()
+    );
+    if missing == 0 {
+        assert_eq!(
+            ok as u64, ios,
+            "overflow: nothing lost, every I/O ok\n{err}"
+        );
+    }
 }
 
 /// The rows of joint recording `run` of shape `s`, after checking that fio ran the

@@ -315,8 +315,9 @@ impl TcpCorrelator {
             self.by_sector.push(at, a, &mut |_, _| {});
         }
         for io in evicted {
-            self.counters.incomplete += 1;
-            self.emit_io(io, false, out);
+            if !self.emit_io(io, false, out) {
+                self.counters.incomplete += 1;
+            }
         }
     }
 
@@ -344,7 +345,6 @@ impl TcpCorrelator {
             .hosts
             .remove_with(key, |io| (io.finish(None, block), io.queue, io.blk));
         if let Some((h, queue, blk)) = left {
-            self.counters.cut += 1;
             self.emit_host(h, queue, blk, None, true, out);
         }
     }
@@ -355,25 +355,25 @@ impl TcpCorrelator {
         let lost = self.host_ends.since(start);
         if lost {
             self.host_ends.pin(start);
-            self.counters.cut += 1;
         }
         lost
     }
 
-    /// A host I/O out of the table, given up without its block completion: counted,
-    /// and emitted.
+    /// A host I/O out of the table, given up without its block completion: emitted, and
+    /// counted `incomplete` when it has no completion and its row is not `dropped`.
     fn give_up_host(&mut self, io: HostIo, out: &mut dyn FnMut(TcpRecord)) {
-        let dropped = io.done.is_none() && self.host_lost_end(io.first);
-        if io.done.is_none() && !dropped {
+        let no_end = io.done.is_none();
+        let lost = no_end && self.host_lost_end(io.first);
+        if !self.emit_io(io, lost, out) && no_end {
             self.counters.incomplete += 1;
         }
-        self.emit_io(io, dropped, out);
     }
 
-    /// [`close_host`](Self::close_host) of an I/O already out of the table.
-    fn emit_io(&mut self, io: HostIo, dropped: bool, out: &mut dyn FnMut(TcpRecord)) {
+    /// [`close_host`](Self::close_host) of an I/O already out of the table; whether its
+    /// row is `dropped`.
+    fn emit_io(&mut self, io: HostIo, lost: bool, out: &mut dyn FnMut(TcpRecord)) -> bool {
         let h = io.finish(None, self.cfg.block);
-        self.emit_host(h, io.queue, io.blk, None, dropped, out);
+        self.emit_host(h, io.queue, io.blk, None, lost, out)
     }
 
     /// Every millisecond of event time while a host end is unaccounted: the host I/Os
@@ -427,16 +427,17 @@ impl TcpCorrelator {
     }
 
     /// Host part `h` is over: it leaves its queue (number `queue`) and its place
-    /// (`blk`), is joined with its target part, and goes out.
+    /// (`blk`), is joined with its target part, and goes out; `dropped` (and counted
+    /// `cut`, once) when it or its target part lost its end, which it returns.
     fn emit_host(
         &mut self,
         h: HostPart,
         queue: u32,
         blk: Option<(u32, u64)>,
         end: Option<u64>,
-        dropped: bool,
+        lost: bool,
         out: &mut dyn FnMut(TcpRecord),
-    ) {
+    ) -> bool {
         self.dequeue(queue);
         if let (Some(b), None) = (blk, end) {
             // Only its own mapping: a newer request at the same place may own it now.
@@ -450,13 +451,16 @@ impl TcpCorrelator {
         } else {
             (None, false)
         };
+        let dropped = lost || tgt_dropped;
+        self.counters.cut += u64::from(dropped);
         out(TcpRecord {
             host: Some(h),
             target,
             expect_host: self.cfg.side.host(),
             expect_target: self.cfg.side == Side::Both && seen(&self.tgt_ctrls, cntlid),
-            dropped: dropped || tgt_dropped,
+            dropped,
         });
+        dropped
     }
 
     /// The target part of host part `h` in a joint recording (same clock): closed, or
@@ -623,7 +627,6 @@ impl TcpCorrelator {
     fn cut_target(&mut self, key: u64, out: &mut dyn FnMut(TcpRecord)) {
         let left = (self.targets).remove_with(key, |io| (io.finish(), io.queue, io.closed));
         if let Some((part, queue, closed)) = left {
-            self.counters.cut += 1;
             self.left_target(queue, closed);
             self.emit_target(part, true, out);
         }
@@ -634,7 +637,6 @@ impl TcpCorrelator {
         let lost = self.tgt_ends.since(start);
         if lost {
             self.tgt_ends.pin(start);
-            self.counters.cut += 1;
         }
         lost
     }
@@ -666,9 +668,11 @@ impl TcpCorrelator {
         }
     }
 
-    /// Target part `t` goes out alone; `dropped` when it lost its end (counted then).
+    /// Target part `t` goes out alone; `dropped` (counted `cut`) when it lost its end.
     fn emit_target(&mut self, t: TargetPart, dropped: bool, out: &mut dyn FnMut(TcpRecord)) {
-        if !dropped && t.missing & M_T_REPLY_SEND != 0 {
+        if dropped {
+            self.counters.cut += 1;
+        } else if t.missing & M_T_REPLY_SEND != 0 {
             self.counters.incomplete += 1;
         }
         let expect_host = self.cfg.side == Side::Both && seen(&self.host_ctrls, t.cntlid);

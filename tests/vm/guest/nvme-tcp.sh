@@ -24,6 +24,9 @@
 #   <shape>-sample4.csv, .err              record --sample 4 (QD1 shapes)
 #   <shape>-joint2.csv, .err               the joint record with --threads 2 (QD8 shapes)
 #   fio-<shape>-<run>.json                 fio's own account (total_ios)
+#   overflow.csv, .err, fio-overflow.json  (default shapes only) the joint record with
+#                                          --mmap-pages 1 under libaio reads at depth 32
+#                                          from two jobs: sustained ring overflow
 set -eu
 BIN=${1:?usage: nvme-tcp.sh NTPROF_PERF_BIN [NIOS]}
 NIOS=${2:-200}
@@ -74,6 +77,7 @@ shift $(($# < 2 ? $# : 2))
 if [ $# -gt 0 ]; then
     SHAPES="$*"
 else
+    OVERFLOW=1
     SHAPES="randread-4k randwrite-4k write-128k qd8-randread-4k qd8-randwrite-4k qd8-randwrite-128k"
     [ -z "$DIGEST" ] || SHAPES="$SHAPES digest-randread-4k digest-randwrite-4k digest-write-128k"
 fi
@@ -127,4 +131,18 @@ for shape in $SHAPES; do
         || { cat "$O/$shape-sample4.err"; exit 1; }
     cat "$O/$shape-sample4.err"
 done
+
+# Sustained overflow: one-page rings under random reads at depth 32 from two jobs (one
+# per CPU, so both queues), so that command ids come back while samples go missing. The
+# host test checks that no `ok` row is slower than fio's slowest I/O on either side.
+if [ "${OVERFLOW:-0}" = 1 ]; then
+    echo "nvme-tcp: record --mmap-pages 1 (overflow)"
+    "$BIN" record --profile nvme-tcp --mmap-pages 1 -o "$O/overflow.csv" -- \
+        fio --name=overflow --filename="$DEV" --direct=1 --ioengine=libaio --iodepth=32 \
+        --numjobs=2 --cpus_allowed=0-1 --cpus_allowed_policy=split --offset_increment=64m \
+        --rw=randread --bs=4k --number_ios=$((NIOS * 5)) --size=64m --randrepeat=0 \
+        --output-format=json --output="$O/fio-overflow.json" \
+        2> "$O/overflow.err" || { cat "$O/overflow.err"; exit 1; }
+    cat "$O/overflow.err"
+fi
 echo "nvme-tcp: done"
