@@ -50,6 +50,7 @@ impl LostEnds {
     }
 
     /// An I/O of controller `ctrl` that took `took` ns ended whole.
+    #[inline]
     pub fn served(&mut self, ctrl: u32, took: u64) {
         self.yards.entry(ctrl).or_default().add(took);
     }

@@ -61,6 +61,7 @@ impl Yardstick {
         self.largest
     }
 
+    #[inline]
     pub fn add(&mut self, d2c: u64) {
         self.largest = self.largest.max(d2c);
         let b = &mut self.counts[bucket(d2c)];

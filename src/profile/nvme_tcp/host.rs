@@ -105,6 +105,7 @@ impl HostIo {
 
     /// Its part with the stages filled in; `end` = block completion when it was seen.
     /// From `&self`: the I/O is finished where it is held, not moved out first.
+    #[inline(always)]
     pub(crate) fn finish(&self, end: Option<u64>, expect_block: bool) -> HostPart {
         let mut part = self.part;
         let p = &mut part;

@@ -91,14 +91,17 @@ pub struct TcpCorrelator {
     /// A C2H data PDU with the SUCCESS flag ended an I/O (no response capsule): a
     /// missing `recv_data` may be an I/O's end.
     c2h_ends: bool,
-    /// Per host blk-mq tag ([`host_key`] of ctrl_id, qid, tag): the key of the latest
+    /// Per host queue (by number, as `depth`) and blk-mq tag: the key of the latest
     /// command seen on it. A tag is not reused while its request is in flight, so a
     /// command of another cid on it means the one held there is over.
-    tags: FxMap<u64, u64>,
+    tags: Vec<Vec<u64>>,
 }
 
-/// The tag of the async event request, which has no blk-mq request.
-const NO_TAG: u16 = 0xffff;
+/// Tags a host queue can have in a Linux cid (12 bits).
+const MAX_TAGS: usize = 1 << 12;
+/// No command seen on a tag yet (not a [`host_key`]: its cid would be 0xffff, a tag
+/// past [`MAX_TAGS`]).
+const NO_KEY: u64 = u64::MAX;
 
 fn mark(set: &mut [u64; 1024], cntlid: u16) {
     set[cntlid as usize / 64] |= 1 << (cntlid % 64);
@@ -132,7 +135,7 @@ impl TcpCorrelator {
             host_ends: LostEnds::default(),
             tgt_ends: LostEnds::default(),
             c2h_ends: false,
-            tags: FxMap::default(),
+            tags: Vec::new(),
         }
     }
 
@@ -140,17 +143,22 @@ impl TcpCorrelator {
         cid & self.cfg.sample_mask == 0
     }
 
-    /// A command joins queue (`target`, controller, qid): its number, and the depth
-    /// with the command counted.
-    fn enqueue(&mut self, target: bool, ctrl: u32, qid: u16) -> (u32, u32) {
+    /// The number of queue (`target`, controller, qid).
+    fn queue(&mut self, target: bool, ctrl: u32, qid: u16) -> u32 {
         let next = self.depth.len() as u32;
         let q = *self.queues.entry((target, ctrl, qid)).or_insert(next);
         if q == next {
             self.depth.push(0);
+            self.tags.push(Vec::new());
         }
+        q
+    }
+
+    /// A command joins queue number `q`: the depth with it counted.
+    fn enqueue(&mut self, q: u32) -> u32 {
         let d = &mut self.depth[q as usize];
         *d += 1;
-        (q, *d)
+        *d
     }
 
     /// A command leaves queue number `q`.
@@ -207,7 +215,8 @@ impl TcpCorrelator {
             if e.kind.is_reply() {
                 // The reply of a command whose start went missing: its tag's last holder
                 // is over.
-                self.tag_taken(e, key, out);
+                let q = self.queue(false, e.ctrl_id, e.qid);
+                self.tag_taken(q, e, key, out);
             }
             return self.stray_host(t, e);
         };
@@ -281,13 +290,14 @@ impl TcpCorrelator {
             // seen (lost samples, or its block completion never came).
             self.give_up_host(old, out);
         }
-        self.tag_taken(e, key, out);
+        let queue = self.queue(false, e.ctrl_id, e.qid);
+        self.tag_taken(queue, e, key, out);
         if !self.gate.admits(e.cid.into(), t) {
             return;
         }
         mark(&mut self.host_ctrls, e.cntlid);
         let mut io = HostIo::new(t, e);
-        let (queue, depth) = self.enqueue(false, e.ctrl_id, e.qid);
+        let depth = self.enqueue(queue);
         io.queue = queue;
         io.part.qd = Some(depth).filter(|_| !self.host_ends.unaccounted());
         io.queue_rq = Some(t);
@@ -323,29 +333,28 @@ impl TcpCorrelator {
 
     /// Host I/O `key` is over: finished where it is held, and emitted. `end` is its
     /// block completion, when that is what ended it (its place's mapping already taken
-    /// then). Once per I/O, out of line.
-    #[inline(never)]
+    /// then). Once per I/O.
     fn close_host(&mut self, key: u64, end: Option<u64>, out: &mut dyn FnMut(TcpRecord)) {
+        self.end_host(key, end, false, out)
+    }
+
+    /// Host I/O `key` lost its end (see "Lost samples"): `dropped`.
+    fn cut_host(&mut self, key: u64, out: &mut dyn FnMut(TcpRecord)) {
+        self.end_host(key, None, true, out)
+    }
+
+    /// [`close_host`](Self::close_host), or [`cut_host`](Self::cut_host) when `cut`. One
+    /// body, so that the host part is finished in place and not copied once more.
+    #[inline(never)]
+    fn end_host(&mut self, key: u64, end: Option<u64>, cut: bool, out: &mut dyn FnMut(TcpRecord)) {
         let block = self.cfg.block;
         let left = self.hosts.remove_with(key, |io| {
             let no_end = io.done.is_none().then_some(io.first);
             (io.finish(end, block), io.queue, io.blk, no_end)
         });
         if let Some((h, queue, blk, no_end)) = left {
-            let dropped = no_end.is_some_and(|first| self.host_lost_end(first));
-            self.emit_host(h, queue, blk, end, dropped, out);
-        }
-    }
-
-    /// Host I/O `key` lost its end (see "Lost samples"): `dropped`.
-    #[inline(never)]
-    fn cut_host(&mut self, key: u64, out: &mut dyn FnMut(TcpRecord)) {
-        let block = self.cfg.block;
-        let left = self
-            .hosts
-            .remove_with(key, |io| (io.finish(None, block), io.queue, io.blk));
-        if let Some((h, queue, blk)) = left {
-            self.emit_host(h, queue, blk, None, true, out);
+            let lost = cut || no_end.is_some_and(|first| self.host_lost_end(first));
+            self.emit_host(h, queue, blk, end, lost, out);
         }
     }
 
@@ -398,18 +407,21 @@ impl TcpCorrelator {
     /// Command `key` holds its blk-mq tag now: the command held there before, if still
     /// waiting for its completion, lost it (or it was requeued): it is given up. One
     /// that completed and waits for its block completion is left to it.
-    fn tag_taken(&mut self, e: &HostEvent, key: u64, out: &mut dyn FnMut(TcpRecord)) {
-        if e.tag == NO_TAG {
+    fn tag_taken(&mut self, q: u32, e: &HostEvent, key: u64, out: &mut dyn FnMut(TcpRecord)) {
+        // A Linux cid has 12 bits for the tag: a larger one is not a blk-mq tag (the
+        // async event request's is 0xffff), or the input is garbage.
+        let tag = usize::from(e.tag);
+        if tag >= MAX_TAGS {
             return;
         }
-        if self.tags.len() >= 4 * self.cfg.max_in_flight {
-            // Tags of queues long gone (or garbage): what is in flight re-enters.
-            self.tags.clear();
+        let tags = &mut self.tags[q as usize];
+        if tags.len() <= tag {
+            tags.resize(tag + 1, NO_KEY);
         }
-        let prev = self.tags.insert(host_key(e.ctrl_id, e.qid, e.tag), key);
-        let Some(prev) = prev.filter(|&p| p != key) else {
+        let prev = std::mem::replace(&mut tags[tag], key);
+        if prev == key || prev == NO_KEY {
             return;
-        };
+        }
         if self.hosts.get(prev).is_some_and(|io| io.done.is_none()) {
             if let Some(old) = self.hosts.remove(prev) {
                 self.give_up_host(old, out);
@@ -445,13 +457,12 @@ impl TcpCorrelator {
             self.by_sector.take_where(&b, |a| a.key == own);
         }
         let cntlid = h.cntlid;
-        let (target, tgt_dropped) = if self.cfg.side.target() {
-            self.take_target(&h)
-                .map_or((None, false), |(t, d)| (Some(t), d))
+        let mut dropped = lost;
+        let target = if self.cfg.side.target() {
+            self.take_target(&h, &mut dropped)
         } else {
-            (None, false)
+            None
         };
-        let dropped = lost || tgt_dropped;
         self.counters.cut += u64::from(dropped);
         out(TcpRecord {
             host: Some(h),
@@ -465,8 +476,8 @@ impl TcpCorrelator {
 
     /// The target part of host part `h` in a joint recording (same clock): closed, or
     /// still open (a read's data was sent, the response capsule event not seen yet),
-    /// it is taken with what it has; with whether it lost its end (`dropped`).
-    fn take_target(&mut self, h: &HostPart) -> Option<(TargetPart, bool)> {
+    /// it is taken with what it has. `dropped` is set when it lost its end.
+    fn take_target(&mut self, h: &HostPart, dropped: &mut bool) -> Option<TargetPart> {
         let key = tgt_key(h.cntlid, h.qid, h.cid);
         let (part, queue, closed, lost, sent, first) = self.targets.remove_with_if(
             key,
@@ -485,8 +496,10 @@ impl TcpCorrelator {
         self.left_target(queue, closed);
         // Taken without its reply: the reply send went missing, if one did.
         let no_end = !sent && part.missing & M_T_REPLY_SEND != 0;
-        let dropped = lost || (no_end && self.tgt_lost_end(first));
-        Some((part, dropped))
+        if lost || (no_end && self.tgt_lost_end(first)) {
+            *dropped = true;
+        }
+        Some(part)
     }
 
     fn on_target(&mut self, t: u64, e: &TargetEvent, out: &mut dyn FnMut(TcpRecord)) {
@@ -584,7 +597,8 @@ impl TcpCorrelator {
             return;
         }
         let mut io = TgtIo::new(t, e);
-        let (queue, depth) = self.enqueue(true, e.cntlid.into(), e.qid);
+        let queue = self.queue(true, e.cntlid.into(), e.qid);
+        let depth = self.enqueue(queue);
         io.queue = queue;
         io.part.qd = Some(depth).filter(|_| !self.tgt_ends.unaccounted());
         let mut evicted = Vec::new();
