@@ -103,6 +103,29 @@ const MAX_TAGS: usize = 1 << 12;
 /// past [`MAX_TAGS`]).
 const NO_KEY: u64 = u64::MAX;
 
+/// When a scan is due at `t` ([`LostEnds::scan_due`]), the keys of the I/Os of `table`
+/// that lost their end: among those `open` gives a controller for (still waiting for
+/// their end), see [`LostEnds::scan`].
+fn lost_in<V: Started>(
+    ends: &mut LostEnds,
+    table: &mut Keyed<V>,
+    t: u64,
+    open: impl Fn(&V) -> Option<u32>,
+) -> Vec<u64> {
+    if !ends.scan_due(t) {
+        return Vec::new();
+    }
+    let mut lost = Vec::new();
+    let seen = &*ends;
+    table.for_each_mut(|key, io| {
+        let start = io.started();
+        if open(io).is_some_and(|ctrl| seen.lost(ctrl, start, t)) {
+            lost.push((start, key));
+        }
+    });
+    ends.scan(t, lost)
+}
+
 fn mark(set: &mut [u64; 1024], cntlid: u16) {
     set[cntlid as usize / 64] |= 1 << (cntlid % 64);
 }
@@ -389,17 +412,8 @@ impl TcpCorrelator {
     /// that lost theirs are cut.
     #[inline(never)]
     fn scan_hosts(&mut self, t: u64, out: &mut dyn FnMut(TcpRecord)) {
-        if !self.host_ends.scan_due(t) {
-            return;
-        }
-        let mut lost = Vec::new();
-        let ends = &self.host_ends;
-        self.hosts.for_each_mut(|key, io| {
-            if io.done.is_none() && ends.lost(io.part.ctrl_id, io.first, t) {
-                lost.push((io.first, key));
-            }
-        });
-        for key in self.host_ends.scan(t, lost) {
+        let open = |io: &HostIo| io.done.is_none().then_some(io.part.ctrl_id);
+        for key in lost_in(&mut self.host_ends, &mut self.hosts, t, open) {
             self.cut_host(key, out);
         }
     }
@@ -658,17 +672,8 @@ impl TcpCorrelator {
     /// As [`scan_hosts`](Self::scan_hosts), for the open target I/Os.
     #[inline(never)]
     fn scan_targets(&mut self, t: u64, out: &mut dyn FnMut(TcpRecord)) {
-        if !self.tgt_ends.scan_due(t) {
-            return;
-        }
-        let mut lost = Vec::new();
-        let ends = &self.tgt_ends;
-        self.targets.for_each_mut(|key, io| {
-            if !io.closed && ends.lost(io.part.cntlid.into(), io.first, t) {
-                lost.push((io.first, key));
-            }
-        });
-        for key in self.tgt_ends.scan(t, lost) {
+        let open = |io: &TgtIo| (!io.closed).then(|| io.part.cntlid.into());
+        for key in lost_in(&mut self.tgt_ends, &mut self.targets, t, open) {
             self.cut_target(key, out);
         }
     }
