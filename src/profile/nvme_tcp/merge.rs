@@ -156,6 +156,8 @@ pub fn merge(rows: Vec<Row>, max_skew_ns: u64) -> (Vec<Row>, MergeStats) {
         if let Some(i) = found {
             claimed[i] = true;
             h.rec.target = targets[i].rec.target;
+            // As in a joint recording: a row is `dropped` when either part lost an event.
+            h.rec.dropped |= targets[i].rec.dropped;
             st.paired += 1;
         }
         let cntlid = h.rec.host.as_ref().map_or(0, |p| p.cntlid);

@@ -238,3 +238,29 @@ fn random_event_streams_do_not_panic() {
     c.finish(&mut |_| rows += 1);
     assert!(rows > 0);
 }
+
+/// A merged row is `dropped` when either recording's part was, as the joint row is.
+#[test]
+fn a_merged_row_is_dropped_when_either_part_was() {
+    let mut r = rig();
+    read(&mut r, 10_000, 0x1001, 800);
+    read(&mut r, 20_000, 0x1002, 808);
+    let side = |side| TcpConfig {
+        side,
+        ..Default::default()
+    };
+    let (host, tgt) = (r.run(side(Side::Host), 4).0, r.run(side(Side::Target), 4).0);
+    let mut rows: Vec<_> = host.iter().map(row_of).collect();
+    for t in &tgt {
+        let mut row = row_of(t);
+        // The target recording cut 0x1002: it lost its response send there.
+        row.rec.dropped = t.target.unwrap().cid == 0x1002;
+        rows.push(row);
+    }
+    let (merged, st) = super::merge::merge(rows, 50_000_000);
+    assert_eq!(st.paired, 2);
+    let got: Vec<_> = (merged.iter())
+        .map(|m| (m.rec.host.unwrap().cid, m.rec.status().as_str()))
+        .collect();
+    assert_eq!(got, [(0x1001, "ok"), (0x1002, "dropped")]);
+}
