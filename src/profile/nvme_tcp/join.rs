@@ -54,7 +54,9 @@ impl Started for AtSector {
 /// unaccounted the same is looked for among all I/Os every millisecond of event time,
 /// and `qd` is empty (an I/O that lost its end still counts in the depth). An I/O given
 /// up without its end (its id came back, its block completion came, the run ended)
-/// with an end missing since it started is `dropped`, not `incomplete`.
+/// with an end missing since it started is `dropped`, not `incomplete`. On the host the
+/// blk-mq tag tells it without a yardstick: a command still waiting on a tag that a
+/// command of another cid has taken (its `queue_rq`, or a reply PDU) is over.
 pub struct TcpCorrelator {
     cfg: TcpConfig,
     pub(super) hosts: Keyed<HostIo>,
