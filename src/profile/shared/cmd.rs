@@ -211,14 +211,14 @@ pub(crate) type Finished = (Pending, Option<(u64, NvmeDone)>);
 /// hears of missing completions before what follows them (the caller's
 /// `Correlator::on_missing`) and keeps them per window ([`LostEnds`]). A command
 /// submitted before a window closed and in flight past `SURELY` of its controller's
-/// yardstick (the command time of its successful pairings) is the one that lost it: `dropped`, out of
-/// the depth, never paired; the completion that found it belongs to a command whose
-/// setup went missing (`unmatched`). It is looked for when a completion comes for its
-/// id and, while a completion is unaccounted, among all commands every millisecond of
-/// event time. A command whose id starts again while it is in flight lost its
-/// completion for certain: `dropped` when one went missing since it was submitted. At
-/// the end, a command in flight submitted before a completion went missing is
-/// `dropped`, not `incomplete`.
+/// yardstick (the command time of its successful pairings) is the one that lost it:
+/// `dropped`, out of the depth, never paired; the completion that found it belongs to
+/// a command whose setup went missing (`unmatched`). It is looked for when a completion
+/// comes for its id and, while a completion is unaccounted, among all commands every
+/// millisecond of event time. A command whose id starts again while it is in flight
+/// lost its completion for certain: `dropped` when one went missing since it was
+/// submitted. At the end, a command in flight submitted before a completion went
+/// missing is `dropped`, not `incomplete`.
 pub(crate) struct CmdTracker {
     pub(crate) cfg: NvmeConfig,
     pending: Inflight<Key, Pending>,
