@@ -69,6 +69,17 @@ impl LostEnds {
         self.missing.take(|w| w.before >= start);
     }
 
+    /// An I/O started at `start` is given up without its end: whether an end went
+    /// missing since ([`since`](Self::since)); then it is taken to have lost it, and one
+    /// is pinned on it.
+    pub fn claim(&mut self, start: u64) -> bool {
+        let lost = self.since(start);
+        if lost {
+            self.pin(start);
+        }
+        lost
+    }
+
     /// Whether to look for the I/Os that lost their end now: every millisecond of event
     /// time while an end is unaccounted.
     #[inline]

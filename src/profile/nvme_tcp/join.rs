@@ -378,26 +378,16 @@ impl TcpCorrelator {
             (io.finish(end, block), io.queue, io.blk, no_end)
         });
         if let Some((h, queue, blk, no_end)) = left {
-            let lost = cut || no_end.is_some_and(|first| self.host_lost_end(first));
+            let lost = cut || no_end.is_some_and(|first| self.host_ends.claim(first));
             self.emit_host(h, queue, blk, end, lost, out);
         }
-    }
-
-    /// A host I/O started at `start` is given up without its end: whether an end went
-    /// missing since (then it is pinned on this I/O, `dropped`; else it is `incomplete`).
-    fn host_lost_end(&mut self, start: u64) -> bool {
-        let lost = self.host_ends.since(start);
-        if lost {
-            self.host_ends.pin(start);
-        }
-        lost
     }
 
     /// A host I/O out of the table, given up without its block completion: emitted, and
     /// counted `incomplete` when it has no completion and its row is not `dropped`.
     fn give_up_host(&mut self, io: HostIo, out: &mut dyn FnMut(TcpRecord)) {
         let no_end = io.done.is_none();
-        let lost = no_end && self.host_lost_end(io.first);
+        let lost = no_end && self.host_ends.claim(io.first);
         if !self.emit_io(io, lost, out) && no_end {
             self.counters.incomplete += 1;
         }
@@ -512,7 +502,7 @@ impl TcpCorrelator {
         self.left_target(queue, closed);
         // Taken without its reply: the reply send went missing, if one did.
         let no_end = !sent && part.missing & M_T_REPLY_SEND != 0;
-        if lost || (no_end && self.tgt_lost_end(first)) {
+        if lost || (no_end && self.tgt_ends.claim(first)) {
             *dropped = true;
         }
         Some(part)
@@ -647,7 +637,7 @@ impl TcpCorrelator {
         if let Some((part, queue, closed, lost, no_end)) = left {
             self.left_target(queue, closed);
             // Its id came back and its reply send was never seen.
-            let dropped = lost || no_end.is_some_and(|first| self.tgt_lost_end(first));
+            let dropped = lost || no_end.is_some_and(|first| self.tgt_ends.claim(first));
             self.emit_target(part, dropped, out);
         }
     }
@@ -660,15 +650,6 @@ impl TcpCorrelator {
             self.left_target(queue, closed);
             self.emit_target(part, true, out);
         }
-    }
-
-    /// As [`host_lost_end`](Self::host_lost_end), for a target I/O.
-    fn tgt_lost_end(&mut self, start: u64) -> bool {
-        let lost = self.tgt_ends.since(start);
-        if lost {
-            self.tgt_ends.pin(start);
-        }
-        lost
     }
 
     /// As [`scan_hosts`](Self::scan_hosts), for the open target I/Os.
@@ -740,7 +721,7 @@ impl Correlator for TcpCorrelator {
             self.tgt_waiting += 1;
             // Still open at the end, after a reply send went missing: whether it lost it
             // or the run ended first is not known, which `incomplete` would say.
-            if no_end.is_some_and(|first| self.tgt_lost_end(first)) {
+            if no_end.is_some_and(|first| self.tgt_ends.claim(first)) {
                 if let Some(io) = self.targets.get_mut(key) {
                     io.lost = true;
                 }

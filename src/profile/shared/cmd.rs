@@ -370,8 +370,8 @@ impl CmdTracker {
             // The same command id started again while we still held the previous
             // command: its completion was lost (or never traced). Give the old one up
             // so each row stays one command, and count why.
-            if self.ends.since(old.submit) {
-                out(self.cut(old));
+            if self.ends.claim(old.submit) {
+                out(self.dropped(old));
             } else {
                 self.counters.requeued += 1;
                 self.counters.incomplete += 1;
@@ -490,8 +490,8 @@ impl CmdTracker {
         for p in left {
             // Submitted before a completion went missing: whether it lost it or the
             // run ended first is not known, which `incomplete` would say.
-            if self.ends.since(p.submit) {
-                out(self.cut(p));
+            if self.ends.claim(p.submit) {
+                out(self.dropped(p));
             } else {
                 self.counters.incomplete += 1;
                 out((p, None));
