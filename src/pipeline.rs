@@ -183,6 +183,7 @@ impl<C: Correlator, L: Layout<C::Event> + ?Sized> Pipeline<C, L> {
                 c.cut + c.unmatched.saturating_sub(self.corr.unmatched_at(from))
             }),
             counters: c,
+            starts: self.corr.starts(),
             ..Health::default()
         }
     }
@@ -609,6 +610,10 @@ impl Counting {
         h.cpus_onlined = hp.onlined;
         h.cpus_untraced = hp.untraced;
         h.uncounted = self.uncounted;
+        h.started = h.starts.and_then(|s| {
+            let i = self.names.iter().position(|n| n == s.event)?;
+            Some(self.ledger.counted(i))
+        });
         h
     }
 }

@@ -64,6 +64,8 @@ pub fn run_live_split(
     let Some(front) = pipe.front() else {
         return Err(failed_with(RunError::NoFront, &Health::default(), pipe));
     };
+    // The reader reads the counts: it must know which one says how many I/Os began.
+    let starts = pipe.health().starts;
     let (tx, steps) = sync_channel(BACKLOG);
     // Set by the correlating thread when a sink fails: the reader then stops as on a
     // signal, and the sink's error is what the run returns.
@@ -79,6 +81,7 @@ pub fn run_live_split(
                     failed,
                     now: None,
                     bad_records: 0,
+                    starts,
                 };
                 let mut ticks = Ticks(tx, failed);
                 let mut stop = || {
@@ -154,6 +157,7 @@ fn merge(reader: &Health, pipe: Health) -> Health {
         counters: pipe.counters,
         lost_ios: pipe.lost_ios,
         late: pipe.late,
+        starts: pipe.starts,
         ..reader.clone()
     }
 }
@@ -169,6 +173,8 @@ struct Reader<'a> {
     now: Option<u64>,
     /// Records the ring walks could not parse.
     bad_records: u64,
+    /// The correlator's start event, as of the run's start (see [`merge`]).
+    starts: Option<crate::correlate::Starts>,
 }
 
 /// Send `step`; if the correlating thread is gone (it panicked), stop the run.
@@ -210,6 +216,7 @@ impl Stages for Reader<'_> {
         Health {
             samples,
             bad_records: bad + self.bad_records,
+            starts: self.starts,
             ..Health::default()
         }
     }

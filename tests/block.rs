@@ -683,11 +683,8 @@ fn lost_samples_are_attributed_to_the_ios_they_cost() {
     // never `incomplete` (nothing was in flight when fio ended) and never `ok`.
     assert_eq!(health_count(&err, "incomplete "), 0, "{err}");
     assert!(cost > 0 && cost == dropped_rows + unmatched, "{err}");
-    let estimate: u64 = err
-        .split('≈')
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no estimate of whole I/Os lost: {err}"));
+    let unseen = unseen_ios(&err)
+        .unwrap_or_else(|| panic!("no count of the I/Os none of whose events arrived: {err}"));
     // Two samples per I/O, no merges: the samples missing are one per I/O seen in part
     // and two per I/O none of whose events arrived.
     let missing = lost + health_count(&err, "dropped ");
@@ -695,9 +692,11 @@ fn lost_samples_are_attributed_to_the_ios_they_cost() {
     assert_eq!(missing, cost + 2 * whole, "{err}");
     // Rows + completions unmatched + I/Os lost whole = what fio issued, exactly.
     assert_eq!(rows.len() as u64 + unmatched + whole, fio, "{err}");
+    // From the kernel's count of issues: exact, but for a completion that came after
+    // its request was given up as having lost it (a row and an unmatched completion).
     assert!(
-        estimate.abs_diff(whole) * 50 <= whole.max(50),
-        "≈{estimate} vs {whole}: {err}"
+        unseen.abs_diff(whole) * 100 <= whole.max(100),
+        "{unseen} unseen vs {whole}: {err}"
     );
     // No `ok` row carries another I/O's completion: none is slower than fio saw.
     let lat_max = fio_lat_max_ns(&json);

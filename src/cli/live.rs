@@ -599,9 +599,18 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     if health.missing() > 0 {
         if let Output::Rows(s) = &out {
             // Every I/O seen, written or left out by --min-latency.
-            let whole = whole_ios_lost(&health, s.seen());
+            let unseen = match (health.ios_unseen(s.seen()), health.starts) {
+                (Some(n), Some(st)) => format!(
+                    "{n} I/Os that left nothing to place: the kernel counted them beginning ({}), and they are in no row and no unmatched completion",
+                    st.event
+                ),
+                _ => format!(
+                    "≈{} I/Os whose every event was missing",
+                    whole_ios_lost(&health, s.seen())
+                ),
+            };
             eprintln!(
-                "ntprof-perf: the missing samples cost {} I/Os seen in part (rows `dropped`, or a completion unmatched) and ≈{whole} I/Os whose every event was missing",
+                "ntprof-perf: the missing samples cost {} I/Os seen in part (rows `dropped`, or a completion unmatched) and {unseen}",
                 health.lost_ios
             );
         }
@@ -633,7 +642,10 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
 }
 
 /// I/Os none of whose events reached the rings, estimated from the lost samples left
-/// after those of the I/Os seen in part, at the samples per I/O of the complete ones.
+/// after those of the I/Os seen in part, at the samples per I/O of the complete ones:
+/// for a profile with no count of the I/Os begun ([`Health::ios_unseen`]). It takes
+/// each I/O seen in part to have lost one sample, so with more than two samples per I/O
+/// it overstates.
 fn whole_ios_lost(h: &Health, rows: u64) -> u64 {
     let complete = rows.saturating_sub(h.counters.incomplete + h.counters.cut);
     let seen = h.samples.saturating_sub(h.lost_ios);

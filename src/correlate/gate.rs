@@ -49,6 +49,9 @@ pub struct Gate {
     resampled: u64,
     /// The bits the kernel filter tests, as of the last change (0: every I/O).
     mask: u64,
+    /// A change or a pause was ever made: the I/Os the kernel filter passed are no
+    /// longer all admitted.
+    changed: bool,
 }
 
 impl Gate {
@@ -56,6 +59,7 @@ impl Gate {
     /// until [`Gate::close`].
     pub fn open(&mut self, from: u64, old: u64, new: u64) {
         self.mask = new;
+        self.changed = true;
         self.windows.push(Window {
             from,
             until: u64::MAX,
@@ -67,6 +71,7 @@ impl Gate {
 
     /// Admit nothing that starts at `from` or later, until [`Gate::resume`].
     pub fn pause(&mut self, from: u64) {
+        self.changed = true;
         self.windows.push(Window {
             from,
             until: u64::MAX,
@@ -135,6 +140,12 @@ impl Gate {
         });
         self.resampled += u64::from(hit);
         hit
+    }
+
+    /// Whether every I/O the kernel filter passed was admitted: no change of rate
+    /// or pause was ever made.
+    pub fn steady(&self) -> bool {
+        !self.changed
     }
 
     /// Events a rate change left out of the sample (see the module doc), and I/Os

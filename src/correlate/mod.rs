@@ -56,6 +56,26 @@ pub trait Correlator {
     fn gate(&mut self) -> Option<&mut gate::Gate> {
         None
     }
+    /// The event whose kernel count is the number of I/Os this correlator was given
+    /// to make rows of (see [`Starts`]), or `None` when no count says that: the
+    /// default, and a correlator that selects or samples I/Os in user space.
+    fn starts(&self) -> Option<Starts> {
+        None
+    }
+}
+
+/// An event that fires once for each I/O a correlator makes one row of, on every
+/// path: the kernel counts it whether or not its sample arrives, so its final count,
+/// less the rows and the unmatched completions, is how many I/Os began while tracing
+/// and left nothing that could be placed. The exit line reports that instead of an
+/// estimate from sample counts, which overstates it for profiles with many samples per
+/// I/O (an I/O seen in part lost more than one of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Starts {
+    /// `system:name`, as the group names it.
+    pub event: &'static str,
+    /// Firings that began no new row (a block request issued again after a requeue).
+    pub again: u64,
 }
 
 /// `n` samples of `event` (`system:name`) that the kernel counted and never wrote (or

@@ -82,6 +82,8 @@ struct Cell {
     clean: u64,
     /// The latest `PERF_FORMAT_LOST` count.
     lost: Option<u64>,
+    /// The latest count of the event: final once the events are disabled.
+    counted: u64,
 }
 
 /// Missing samples per CPU and event, reported once each.
@@ -118,6 +120,7 @@ impl Ledger {
             }
             let now = t.missing();
             c.lost = t.lost;
+            c.counted = t.counted;
             let (confirmed, before) = match (exact, c.prev) {
                 (true, _) => (now, t.read_by),
                 (false, Some(p)) => (p.missing.min(now), p.read_by),
@@ -155,6 +158,16 @@ impl Ledger {
     /// Samples reported missing so far, over every CPU and event.
     pub fn missing(&self) -> u64 {
         self.cells.values().map(|c| c.reported).sum()
+    }
+
+    /// The kernel's latest count of `event` (an index into `PerfGroup::type_names`)
+    /// over every CPU, whether its samples arrived or not.
+    pub fn counted(&self, event: usize) -> u64 {
+        self.cells
+            .iter()
+            .filter(|((_, e), _)| *e == event)
+            .map(|(_, c)| c.counted)
+            .sum()
     }
 
     /// Lost and dropped per CPU. `lost_records` are the `PERF_RECORD_LOST` totals per
@@ -374,5 +387,20 @@ mod tests {
         t.lost = None;
         l.update(&[t], true);
         assert_eq!(l.losses(&[(1, 3)]).dropped, vec![(1, 7)]);
+    }
+
+    /// An event's count is its latest over every CPU, samples arrived or not; other
+    /// events' are not in it.
+    #[test]
+    fn an_events_count_is_its_latest_summed_over_cpus() {
+        let mut l = Ledger::new();
+        let other = Tally {
+            event: 2,
+            ..tally(0, 10, 1_000, 1_000)
+        };
+        l.update(&[tally(0, 10, 100, 90), tally(1, 10, 50, 50), other], false);
+        assert_eq!(l.counted(1), 150);
+        l.update(&[tally(0, 20, 130, 100), tally(1, 20, 70, 70)], true);
+        assert_eq!((l.counted(1), l.counted(2), l.counted(3)), (200, 1_000, 0));
     }
 }

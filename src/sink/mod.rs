@@ -14,6 +14,7 @@ pub mod time;
 #[cfg(test)]
 pub(crate) mod testrec;
 
+use crate::correlate::Starts;
 use crate::record::Counters;
 
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +127,14 @@ pub struct Health {
     pub counters: Counters,
     /// I/Os the lost or dropped samples cost, as far as the records show.
     pub lost_ios: u64,
+    /// The event whose count says how many I/Os began (see [`Starts`]); `None` when
+    /// the profile has none.
+    #[serde(skip)]
+    pub starts: Option<Starts>,
+    /// That event's final count (live runs): with [`Starts::again`] taken off, the
+    /// I/Os that began while tracing, whether any of their samples arrived or not.
+    #[serde(skip)]
+    pub started: Option<u64>,
     /// Records that could not be parsed or decoded (truncated, unknown layout).
     pub bad_records: u64,
     /// Events that arrived after newer ones had been released (see `order`).
@@ -165,6 +174,16 @@ impl Health {
     /// Samples that did not arrive, for whatever reason.
     pub fn missing(&self) -> u64 {
         self.lost + self.dropped
+    }
+
+    /// I/Os that began while tracing by the kernel's count ([`Starts`]) and are in
+    /// none of `rows` (every record the correlator handed out) nor among the
+    /// unmatched completions: none of their samples arrived, or only some between
+    /// their first and their last. `None` when the profile has no such count, or the
+    /// run read no counts (a file).
+    pub fn ios_unseen(&self, rows: u64) -> Option<u64> {
+        let began = self.started?.saturating_sub(self.starts?.again);
+        Some(began.saturating_sub(rows + self.counters.unmatched))
     }
 
     /// The counters as JSON object members, in declaration order.
@@ -251,5 +270,30 @@ impl Health {
             s.push_str(&format!("  resampled {}", c.resampled));
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The I/Os begun by the kernel's count, less its firings that began no row, the
+    /// rows and the unmatched completions; nothing without a count.
+    #[test]
+    fn ios_unseen_is_the_count_less_what_was_placed() {
+        let mut h = Health {
+            started: Some(1_000),
+            ..Health::default()
+        };
+        assert_eq!(h.ios_unseen(900), None, "no start event: no count");
+        h.starts = Some(Starts {
+            event: "block:block_rq_issue",
+            again: 4,
+        });
+        h.counters.unmatched = 6;
+        assert_eq!(h.ios_unseen(900), Some(90));
+        assert_eq!(h.ios_unseen(2_000), Some(0), "never below 0");
+        h.started = None;
+        assert_eq!(h.ios_unseen(900), None, "a file: no counts read");
     }
 }

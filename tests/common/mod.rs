@@ -237,6 +237,14 @@ pub fn ok_rows<'a>(rows: &'a [Row], err: &str) -> Vec<&'a Row> {
     rows.iter().filter(|r| r["status"] == "ok").collect()
 }
 
+/// The exit line's I/Os that the kernel counted beginning and that left no row and no
+/// unmatched completion (`... and N I/Os that left nothing to place: ...`); `None`
+/// when the run printed none.
+pub fn unseen_ios(err: &str) -> Option<u64> {
+    let (before, _) = err.split_once(" I/Os that left nothing to place")?;
+    before.rsplit(' ').next()?.parse().ok()
+}
+
 /// A counter of the health line in a run's stderr (`cut`, `dropped`, …); 0 when the
 /// line leaves it out, as it does a zero `cut`. The last counter of the line ends at
 /// its newline.

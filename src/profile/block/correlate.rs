@@ -90,7 +90,7 @@ use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::windows::{Window, Windows};
 use crate::correlate::yardstick::{Yardstick, SURELY};
-use crate::correlate::{Correlator, Counters, DevMap, Gap, Status, UnmatchedLog};
+use crate::correlate::{Correlator, Counters, DevMap, Gap, Starts, Status, UnmatchedLog};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
 use crate::profile::shared::device_io::DeviceIo;
@@ -1204,6 +1204,15 @@ impl Correlator for BlockCorrelator {
 
     fn gate(&mut self) -> Option<&mut Gate> {
         Some(&mut self.gate)
+    }
+
+    /// Each request is issued once, and again after each requeue. Not when sampled:
+    /// flush requests pass the kernel's filter and are left out here.
+    fn starts(&self) -> Option<Starts> {
+        (!self.cfg.sampled && self.gate.steady()).then_some(Starts {
+            event: "block:block_rq_issue",
+            again: self.counters.requeued,
+        })
     }
 }
 

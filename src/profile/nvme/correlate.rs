@@ -7,7 +7,7 @@
 use super::record::NvmeRecord;
 use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::{Correlator, Counters, FxMap, Gap};
+use crate::correlate::{Correlator, Counters, FxMap, Gap, Starts};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 use crate::profile::shared::cmd::{Claim, CmdTracker, Finished, Key, NvmeConfig, Pending};
@@ -306,5 +306,13 @@ impl Correlator for NvmeCorrelator {
 
     fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate> {
         Some(&mut self.tracker.gate)
+    }
+
+    /// Each command selected is set up once; the kernel filters the same selection.
+    fn starts(&self) -> Option<Starts> {
+        self.tracker.gate.steady().then_some(Starts {
+            event: "nvme:nvme_setup_cmd",
+            again: 0,
+        })
     }
 }

@@ -16,7 +16,7 @@ use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started};
 use crate::correlate::keyed::Keyed;
 use crate::correlate::lost::LostEnds;
-use crate::correlate::{Correlator, Counters, FxMap, Gap, UnmatchedLog};
+use crate::correlate::{Correlator, Counters, FxMap, Gap, Starts, UnmatchedLog};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 
@@ -777,5 +777,16 @@ impl Correlator for TcpCorrelator {
         // Joined, a target start belongs to a host command whose admission it cannot
         // see; a rate change would cut the target part off rows (see `plan`).
         (self.cfg.side != Side::Both).then_some(&mut self.gate)
+    }
+
+    /// A host queues each command once; a target receives each command capsule once.
+    /// Joined, a row is a host command, with its target part: the host's count (a
+    /// target part of another machine's command, alone in its row, makes this short).
+    fn starts(&self) -> Option<Starts> {
+        let event = match self.cfg.side {
+            Side::Target => "nvmet_tcp:nvmet_tcp_done_recv_pdu",
+            Side::Host | Side::Both => "nvme_tcp:nvme_tcp_queue_rq",
+        };
+        self.gate.steady().then_some(Starts { event, again: 0 })
     }
 }

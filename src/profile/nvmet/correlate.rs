@@ -2,7 +2,7 @@
 //! `nvmet_req_complete`, keyed by (cntlid, qid, cid): how long each command stays in
 //! the target.
 
-use crate::correlate::{Correlator, Counters};
+use crate::correlate::{Correlator, Counters, Starts};
 use crate::decode::Event;
 use crate::profile::shared::cmd::{CmdCore, CmdTracker, Finished, NvmeConfig};
 use crate::profile::shared::cmd_columns::{
@@ -134,6 +134,15 @@ impl Correlator for NvmetCorrelator {
 
     fn gate(&mut self) -> Option<&mut crate::correlate::gate::Gate> {
         Some(&mut self.tracker.gate)
+    }
+
+    /// Each command selected is initialised once; the kernel filters the same
+    /// selection.
+    fn starts(&self) -> Option<Starts> {
+        self.tracker.gate.steady().then_some(Starts {
+            event: "nvmet:nvmet_req_init",
+            again: 0,
+        })
     }
 }
 
