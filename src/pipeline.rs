@@ -184,6 +184,7 @@ impl<C: Correlator, L: Layout<C::Event> + ?Sized> Pipeline<C, L> {
             }),
             counters: c,
             starts: self.corr.starts(),
+            records: self.rows,
             ..Health::default()
         }
     }

@@ -158,6 +158,7 @@ fn merge(reader: &Health, pipe: Health) -> Health {
         lost_ios: pipe.lost_ios,
         late: pipe.late,
         starts: pipe.starts,
+        records: pipe.records,
         ..reader.clone()
     }
 }

@@ -597,23 +597,21 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         );
     }
     if health.missing() > 0 {
-        if let Output::Rows(s) = &out {
-            // Every I/O seen, written or left out by --min-latency.
-            let unseen = match (health.ios_unseen(s.seen()), health.starts) {
-                (Some(n), Some(st)) => format!(
-                    "{n} I/Os that left nothing to place: the kernel counted them beginning ({}), and they are in no row and no unmatched completion",
-                    st.event
-                ),
-                _ => format!(
-                    "≈{} I/Os whose every event was missing",
-                    whole_ios_lost(&health, s.seen())
-                ),
-            };
-            eprintln!(
-                "ntprof-perf: the missing samples cost {} I/Os seen in part (rows `dropped`, or a completion unmatched) and {unseen}",
-                health.lost_ios
-            );
-        }
+        // What `stat` and `serve` summed up is as short as the rows would be.
+        let unseen = match (health.ios_unseen(), health.starts) {
+            (Some(n), Some(st)) => format!(
+                "{n} I/Os that left nothing to place: the kernel counted them beginning ({}), and they are in no record and no unmatched completion",
+                st.event
+            ),
+            _ => format!(
+                "≈{} I/Os whose every event was missing",
+                whole_ios_lost(&health)
+            ),
+        };
+        eprintln!(
+            "ntprof-perf: the missing samples cost {} I/Os seen in part (records `dropped`, or a completion unmatched) and {unseen}",
+            health.lost_ios
+        );
     }
     if reason == StopReason::Duration {
         eprintln!("ntprof-perf: --duration reached");
@@ -646,8 +644,10 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
 /// for a profile with no count of the I/Os begun ([`Health::ios_unseen`]). It takes
 /// each I/O seen in part to have lost one sample, so with more than two samples per I/O
 /// it overstates.
-fn whole_ios_lost(h: &Health, rows: u64) -> u64 {
-    let complete = rows.saturating_sub(h.counters.incomplete + h.counters.cut);
+fn whole_ios_lost(h: &Health) -> u64 {
+    let complete = h
+        .records
+        .saturating_sub(h.counters.incomplete + h.counters.cut);
     let seen = h.samples.saturating_sub(h.lost_ios);
     if complete == 0 || seen == 0 {
         return 0;

@@ -135,6 +135,10 @@ pub struct Health {
     /// I/Os that began while tracing, whether any of their samples arrived or not.
     #[serde(skip)]
     pub started: Option<u64>,
+    /// Records the correlator handed out, whatever became of them in the sinks
+    /// (`--min-latency`).
+    #[serde(skip)]
+    pub records: u64,
     /// Records that could not be parsed or decoded (truncated, unknown layout).
     pub bad_records: u64,
     /// Events that arrived after newer ones had been released (see `order`).
@@ -177,13 +181,13 @@ impl Health {
     }
 
     /// I/Os that began while tracing by the kernel's count ([`Starts`]) and are in
-    /// none of `rows` (every record the correlator handed out) nor among the
-    /// unmatched completions: none of their samples arrived, or only some between
-    /// their first and their last. `None` when the profile has no such count, or the
-    /// run read no counts (a file).
-    pub fn ios_unseen(&self, rows: u64) -> Option<u64> {
+    /// no record nor among the unmatched completions: none of their samples arrived,
+    /// or only some between their first and their last. `None` when the profile has
+    /// no such count, or the run read no counts (a file). Final only once the run has
+    /// ended: until then the I/Os in flight are in it.
+    pub fn ios_unseen(&self) -> Option<u64> {
         let began = self.started?.saturating_sub(self.starts?.again);
-        Some(began.saturating_sub(rows + self.counters.unmatched))
+        Some(began.saturating_sub(self.records + self.counters.unmatched))
     }
 
     /// The counters as JSON object members, in declaration order.
@@ -283,17 +287,19 @@ mod tests {
     fn ios_unseen_is_the_count_less_what_was_placed() {
         let mut h = Health {
             started: Some(1_000),
+            records: 900,
             ..Health::default()
         };
-        assert_eq!(h.ios_unseen(900), None, "no start event: no count");
+        assert_eq!(h.ios_unseen(), None, "no start event: no count");
         h.starts = Some(Starts {
             event: "block:block_rq_issue",
             again: 4,
         });
         h.counters.unmatched = 6;
-        assert_eq!(h.ios_unseen(900), Some(90));
-        assert_eq!(h.ios_unseen(2_000), Some(0), "never below 0");
+        assert_eq!(h.ios_unseen(), Some(90));
+        h.records = 2_000;
+        assert_eq!(h.ios_unseen(), Some(0), "never below 0");
         h.started = None;
-        assert_eq!(h.ios_unseen(900), None, "a file: no counts read");
+        assert_eq!(h.ios_unseen(), None, "a file: no counts read");
     }
 }
