@@ -346,17 +346,8 @@ fn check_overflow(dir: &Path) {
             );
             continue;
         }
-        // The figure is the kernel's count of commands set up (received, on the
-        // target) less the rows and unmatched completions: read right, that count is
-        // fio's, all other commands being admin ones (not counted). Slack for a stray
-        // command of the guest's own.
-        let unseen = common::unseen_ios(&err)
-            .unwrap_or_else(|| panic!("{what}: no count of the I/Os that left nothing\n{err}"));
-        let rest = ios.saturating_sub(rows.len() as u64 + exit_count(&err, "unmatched"));
-        assert!(
-            unseen.abs_diff(rest) * 50 <= rest.max(250),
-            "{what}: {unseen} I/Os left nothing by the kernel's count, fio's I/Os less the rows and unmatched completions {rest}\n{err}"
-        );
+        // By the kernel's count of commands set up (received, on the target).
+        common::check_unseen(&what, &err, ios, rows.len() as u64);
     }
 }
 

@@ -448,19 +448,8 @@ fn check_overflow(dir: &Path) {
         );
         return;
     }
-    // The figure is the kernel's count of commands queued, arrived or not, less the
-    // rows and unmatched completions: read right, that count is fio's, all other
-    // commands being admin ones (not counted). Slack for a stray command of the
-    // guest's own.
-    let unseen = common::unseen_ios(&err)
-        .unwrap_or_else(|| panic!("overflow: no count of the I/Os that left nothing\n{err}"));
-    let placed = rows.len() as u64 + common::exit_count(&err, "unmatched");
-    let rest = ios.saturating_sub(placed);
-    eprintln!("overflow: {unseen} I/Os left nothing to place, fio's rest {rest}");
-    assert!(
-        unseen.abs_diff(rest) * 50 <= rest.max(250),
-        "overflow: {unseen} I/Os left nothing by the kernel's count, fio's I/Os less the rows and unmatched completions {rest}\n{err}"
-    );
+    // By the kernel's count of commands queued.
+    common::check_unseen("overflow", &err, ios, rows.len() as u64);
 }
 
 /// The rows of joint recording `run` of shape `s`, after checking that fio ran the

@@ -245,6 +245,22 @@ pub fn unseen_ios(err: &str) -> Option<u64> {
     before.rsplit(' ').next()?.parse().ok()
 }
 
+/// A VM overflow run's I/Os that left nothing to place (`err`, its stderr) against fio's
+/// `ios` less the `rows` and the unmatched completions. The figure is the kernel's count
+/// of the profile's start event less the same two: read right, that count is fio's, all
+/// other commands being admin ones (not counted). Slack for a stray command of the
+/// guest's own.
+pub fn check_unseen(what: &str, err: &str, ios: u64, rows: u64) {
+    let unseen = unseen_ios(err)
+        .unwrap_or_else(|| panic!("{what}: no count of the I/Os that left nothing\n{err}"));
+    let rest = ios.saturating_sub(rows + exit_count(err, "unmatched"));
+    eprintln!("{what}: {unseen} I/Os left nothing to place, fio's rest {rest}");
+    assert!(
+        unseen.abs_diff(rest) * 50 <= rest.max(250),
+        "{what}: {unseen} I/Os left nothing by the kernel's count, fio's I/Os less the rows and unmatched completions {rest}\n{err}"
+    );
+}
+
 /// A counter of the health line in a run's stderr (`cut`, `dropped`, …); 0 when the
 /// line leaves it out, as it does a zero `cut`. The last counter of the line ends at
 /// its newline.
