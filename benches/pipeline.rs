@@ -20,14 +20,13 @@
 //!   laid out by the newest captured formats that have them (the patched guest's; default
 //!   500,000 I/Os).
 //!
-//! Both modes then replay on two threads, as per-CPU decode threads would run it: one
-//! decodes each round into a batch per ring, the other (the consumer) orders and
-//! correlates; each thread's CPU per event, and the wall clock. `nvme-tcp only` stops
+//! Both modes then replay on two threads, as `--threads 2` runs it: the pipeline's front
+//! decodes each round into a batch on one thread, the other (the consumer) queues the
+//! batch, orders and correlates; each thread's CPU per event, and the wall clock. `nvme-tcp only` stops
 //! after the one-core replay, so that a profiler sees it alone.
 
 use ntprof_perf::correlate::{Correlator, Counters};
 use ntprof_perf::decode::{Decoder, Event, Layout};
-use ntprof_perf::order::Sorter;
 use ntprof_perf::pipeline::Pipeline;
 use ntprof_perf::profile::block::correlate::{BlockConfig, BlockCorrelator};
 use ntprof_perf::profile::block::record::BlockRecord;
@@ -688,8 +687,8 @@ fn report_two_threads<C, L>(
     expect: (u64, u64),
 ) where
     C: Correlator,
-    C::Event: Send,
-    L: Layout<C::Event> + ?Sized,
+    C::Event: Send + 'static,
+    L: Layout<C::Event> + ?Sized + 'static,
 {
     let events: usize = streams.iter().map(|s| s.index.len()).sum();
     let runs: Vec<_> = (0..REPLAYS)
@@ -722,39 +721,36 @@ struct Threads {
     wall: f64,
 }
 
-/// The replay split over two threads, as per-CPU decode threads would run it: one
-/// decodes each round's samples into a batch per ring and hands the batches over; the
-/// other queues the decoded events, orders and correlates them. Measures what
-/// taking the decode off the consumer's core leaves it.
+/// The replay split over two threads as `--threads 2` runs it (`src/split.rs`): the
+/// pipeline's own front decodes each round's samples into a batch on one thread; the
+/// other queues the batch in the pipeline (`push_batch`), orders and correlates. Measures
+/// what taking the decode off the consumer's core leaves it.
 fn two_threads<C, L>(
     streams: &[Stream],
     decoder: &Decoder<C::Event, L>,
-    mut corr: C,
+    corr: C,
     out: &mut dyn FnMut(C::Record),
 ) -> Threads
 where
     C: Correlator,
-    C::Event: Send,
-    L: Layout<C::Event> + ?Sized,
+    C::Event: Send + 'static,
+    L: Layout<C::Event> + ?Sized + 'static,
 {
-    use std::sync::mpsc::{channel, sync_channel};
-    type Batches<K> = Vec<Vec<Event<K>>>;
-    let (full, rounds) = sync_channel::<(u64, Batches<C::Event>)>(4);
-    let (spent, empties) = channel::<Batches<C::Event>>();
+    use ntprof_perf::pipeline::{Batch, Stages};
+    use std::sync::mpsc::sync_channel;
+    let mut pipe = Pipeline::new(decoder.clone(), corr);
+    let mut front = pipe.front().expect("every pipeline has a front");
+    let (full, rounds) = sync_channel::<(u64, Batch)>(4);
     std::thread::scope(|s| {
         let decode = s.spawn(move || {
             let cpu0 = cpu_secs();
             for (now, read) in Rounds::new(streams) {
-                let mut batches = empties
-                    .try_recv()
-                    .unwrap_or_else(|_| (0..CPUS).map(|_| Vec::new()).collect());
                 for (cpu, s) in streams.iter().enumerate() {
                     for &(t, at, len) in &s.index[read[cpu].clone()] {
-                        let raw = &s.bytes[at..at + len];
-                        let _ = decoder.decode_into(raw, t, cpu as u32, &mut batches[cpu]);
+                        front.sample(t, cpu as u32, &s.bytes[at..at + len]);
                     }
                 }
-                if full.send((now, batches)).is_err() {
+                if full.send((now, front.take())).is_err() {
                     break;
                 }
             }
@@ -762,20 +758,12 @@ where
         });
         let start = Instant::now();
         let cpu0 = cpu_secs();
-        let mut sorter = Sorter::new();
-        for (now, mut batches) in rounds {
-            sorter.begin_round(now);
-            for (cpu, b) in batches.iter_mut().enumerate() {
-                for &ev in b.iter() {
-                    sorter.push(cpu as u32, ev);
-                }
-                b.clear();
-            }
-            sorter.end_round(|ev| corr.on_event(ev, out));
-            let _ = spent.send(batches);
+        for (now, batch) in rounds {
+            pipe.begin_round(now);
+            pipe.push_batch(batch);
+            pipe.end_round(&mut *out);
         }
-        sorter.flush(|ev| corr.on_event(ev, out));
-        corr.finish(out);
+        pipe.finish(&mut *out);
         let consumer = cpu_secs() - cpu0;
         let wall = start.elapsed().as_secs_f64();
         Threads {

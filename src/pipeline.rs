@@ -409,9 +409,10 @@ where
             debug_assert!(false, "a batch from another pipeline's front");
             return;
         };
-        // Queued as `sample` queues the event it decodes.
-        for ev in events.iter() {
-            self.sorter.push(ev.cpu, *ev);
+        // Queued as `sample` queues the event it decodes; the reader drains one ring
+        // after another, so the batch is a run per ring.
+        for run in events.chunk_by(|a, b| a.cpu == b.cpu) {
+            self.sorter.push_run(run[0].cpu, run);
         }
     }
 }
