@@ -9,9 +9,10 @@
 //! have at that point, so the records, the gaps and their order against the events
 //! are the same; only the decode of round N runs while round N − 1 is correlated.
 //!
-//! Measured on a replay (`benches/pipeline.rs`), this takes the correlating core from
-//! ≈ 48 to ≈ 34 ns per event (decode ≈ 19 ns per event on the reading core). It costs
-//! a second core, so it is for hosts whose event rate one core cannot take.
+//! Measured on a replay of this path (`benches/pipeline.rs`, nvme-tcp, Zen 4), this
+//! takes the correlating core from ≈ 45 to ≈ 34–37 ns per event (decode ≈ 19–23 ns per
+//! event on the reading core). It costs a second core, so it is for hosts whose event
+//! rate one core cannot take.
 //!
 //! A rate controller (`--max-rate`) changes the kernel filters and the correlator's
 //! gate in one step, which needs both halves at once: it is refused with this mode.

@@ -185,7 +185,7 @@ pub struct Selection {
     /// correlates. 2: one thread reads the rings and decodes while a second orders,
     /// correlates and writes, so that round N is decoded while round N-1 is
     /// correlated; for a host whose event rate one core cannot take without loss
-    /// (a replay's correlating core goes from ≈48 to ≈34 ns per event), at the price
+    /// (a replay's correlating core goes from ≈45 to ≈34-37 ns per event), at the price
     /// of a second core. The records are the same. Not with --max-rate (nor serve).
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(1..=2))]
