@@ -22,8 +22,8 @@
 //!
 //! Both modes then replay on two threads, as `--threads 2` runs it: the pipeline's front
 //! decodes each round into a batch on one thread, the other (the consumer) queues the
-//! batch, orders and correlates; each thread's CPU per event, and the wall clock. `nvme-tcp only` stops
-//! after the one-core replay, so that a profiler sees it alone.
+//! batch, orders and correlates; each thread's CPU per event, and the wall clock.
+//! `nvme-tcp only` stops after the one-core replay, so that a profiler sees it alone.
 
 use ntprof_perf::correlate::{Correlator, Counters};
 use ntprof_perf::decode::{Decoder, Event, Layout};
