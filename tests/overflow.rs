@@ -178,8 +178,7 @@ fn depths_below_rows_in_flight(rows: &[Row], ok: &[&Row]) -> (usize, usize) {
         let issue = num(r, "start_ns") + q2d.unwrap_or(0);
         Some((issue, issue + d2c))
     };
-    let mut issues: Vec<u64> = rows.iter().filter_map(on_device).map(|i| i.0).collect();
-    let mut ends: Vec<u64> = rows.iter().filter_map(on_device).map(|i| i.1).collect();
+    let (mut issues, mut ends): (Vec<u64>, Vec<u64>) = rows.iter().filter_map(on_device).unzip();
     issues.sort_unstable();
     ends.sort_unstable();
     let (mut below, mut deep) = (0, 0);
