@@ -12,12 +12,11 @@
 //! when a new key would pass that, the oldest quarter (by start time) is given up at
 //! once, oldest first.
 
+use super::index::SlotIndex;
 use super::inflight::{give_up, quarter_cut, Started};
-use super::FxMap;
-use std::collections::hash_map::Entry;
 
 pub struct Keyed<V> {
-    index: FxMap<u64, u32>,
+    index: SlotIndex,
     /// Per slot: its key and value; `None` when free.
     slots: Vec<(u64, Option<V>)>,
     free: Vec<u32>,
@@ -28,7 +27,7 @@ pub struct Keyed<V> {
 impl<V: Started> Keyed<V> {
     pub fn new(max: usize) -> Keyed<V> {
         Keyed {
-            index: FxMap::default(),
+            index: SlotIndex::default(),
             slots: Vec::new(),
             free: Vec::new(),
             max: max.max(4),
@@ -52,14 +51,14 @@ impl<V: Started> Keyed<V> {
     /// The value under `key`.
     #[inline]
     pub fn get(&self, key: u64) -> Option<&V> {
-        let i = *self.index.get(&key)?;
+        let i = self.index.get(key)?;
         self.slots[i as usize].1.as_ref()
     }
 
     /// The value under `key`, to change it in place.
     #[inline]
     pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
-        let i = *self.index.get(&key)?;
+        let i = self.index.get(key)?;
         self.slots[i as usize].1.as_mut()
     }
 
@@ -77,7 +76,7 @@ impl<V: Started> Keyed<V> {
     /// Add `v` under `key`; returns its slot and the entry it replaced. When full, the
     /// oldest quarter is given up first (to `evicted`).
     pub fn insert(&mut self, key: u64, v: V, evicted: &mut dyn FnMut(u64, V)) -> (u32, Option<V>) {
-        if let Some(&i) = self.index.get(&key) {
+        if let Some(i) = self.index.get(key) {
             let old = self.slots[i as usize].1.replace(v);
             return (i, old);
         }
@@ -99,7 +98,7 @@ impl<V: Started> Keyed<V> {
     /// Take the value under `key` out.
     #[inline]
     pub fn remove(&mut self, key: u64) -> Option<V> {
-        let i = self.index.remove(&key)?;
+        let i = self.index.remove(key)?;
         self.free_slot(i)
     }
 
@@ -107,7 +106,7 @@ impl<V: Started> Keyed<V> {
     /// held, never moved out (a correlator builds its record from it).
     #[inline]
     pub fn remove_with<R>(&mut self, key: u64, f: impl FnOnce(&V) -> R) -> Option<R> {
-        let i = self.index.remove(&key)?;
+        let i = self.index.remove(key)?;
         let r = self.slots[i as usize].1.as_ref().map(f);
         self.vacate(i);
         r
@@ -121,13 +120,10 @@ impl<V: Started> Keyed<V> {
         pred: impl FnOnce(&V) -> bool,
         f: impl FnOnce(&V) -> R,
     ) -> Option<R> {
-        let Entry::Occupied(e) = self.index.entry(key) else {
-            return None;
-        };
-        let i = *e.get();
+        let (at, i) = self.index.find(key)?;
         let v = self.slots[i as usize].1.as_ref().filter(|v| pred(v))?;
         let r = f(v);
-        e.remove();
+        self.index.remove_at(at);
         self.vacate(i);
         Some(r)
     }
@@ -165,7 +161,7 @@ impl<V: Started> Keyed<V> {
         for (i, (k, slot)) in self.slots.iter_mut().enumerate() {
             if slot.as_ref().is_some_and(&mut pred) {
                 if let Some(v) = slot.take() {
-                    self.index.remove(k);
+                    self.index.remove(*k);
                     self.free.push(i as u32);
                     out.push((*k, v));
                 }

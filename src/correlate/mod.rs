@@ -9,6 +9,7 @@
 
 pub mod biojoin;
 pub mod gate;
+pub mod index;
 pub mod inflight;
 pub mod keyed;
 pub mod lost;

@@ -13,10 +13,11 @@ use super::model::{fits, HostPart, Side, TargetPart, TcpConfig, TcpRecord, M_T_R
 use super::target::{tgt_key, TgtIo};
 use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::gate::Gate;
+use crate::correlate::index::SlotIndex;
 use crate::correlate::inflight::{Inflight, Started};
 use crate::correlate::keyed::Keyed;
 use crate::correlate::lost::LostEnds;
-use crate::correlate::{Correlator, Counters, FxMap, Gap, Starts, UnmatchedLog};
+use crate::correlate::{Correlator, Counters, Gap, Starts, UnmatchedLog};
 use crate::decode::Event;
 use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 
@@ -71,7 +72,7 @@ pub struct TcpCorrelator {
     tgt_waiting: usize,
     /// Commands in flight per host queue (ctrl_id, qid) and target queue (cntlid, qid):
     /// an I/O keeps its queue's number, so that leaving it takes no lookup.
-    queues: FxMap<(bool, u32, u16), u32>,
+    queues: SlotIndex,
     depth: Vec<u32>,
     /// Controllers (cntlid) seen on the host side and on the target side in this run.
     /// A part of the other side is expected only for a controller seen there: with
@@ -150,7 +151,7 @@ impl TcpCorrelator {
             bios: BioJoin::new(MAX_BIOS),
             targets: Keyed::new(max),
             tgt_waiting: 0,
-            queues: FxMap::default(),
+            queues: SlotIndex::default(),
             depth: Vec::new(),
             host_ctrls: Box::new([0; 1024]),
             tgt_ctrls: Box::new([0; 1024]),
@@ -170,12 +171,14 @@ impl TcpCorrelator {
 
     /// The number of queue (`target`, controller, qid).
     fn queue(&mut self, target: bool, ctrl: u32, qid: u16) -> u32 {
-        let next = self.depth.len() as u32;
-        let q = *self.queues.entry((target, ctrl, qid)).or_insert(next);
-        if q == next {
-            self.depth.push(0);
-            self.tags.push(Vec::new());
+        let key = u64::from(target) << 63 | u64::from(ctrl) << 16 | u64::from(qid);
+        if let Some(q) = self.queues.get(key) {
+            return q;
         }
+        let q = self.depth.len() as u32;
+        self.queues.insert(key, q);
+        self.depth.push(0);
+        self.tags.push(Vec::new());
         q
     }
 
