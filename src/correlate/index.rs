@@ -1,5 +1,5 @@
 //! A map from 64-bit keys to 32-bit slot numbers, for the tables a correlator looks up
-//! on nearly every event (nvme-tcp: about two lookups per event).
+//! on nearly every event (nvme-tcp: about 18 lookups per I/O, 1.4 per event).
 //!
 //! The keys are command identities packed into a word ((controller, qid, cid)), so
 //! one multiply spreads them well, and no key is chosen by an adversary who could
