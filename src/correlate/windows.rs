@@ -52,6 +52,13 @@ impl Windows {
         Some(Window { n: 1, ..w })
     }
 
+    /// The samples of the windows closed at `t` or later, and the latest close of
+    /// them: what a request issued at `t` can have lost one of.
+    pub fn closed_from(&self, t: u64) -> (u64, u64) {
+        let k = self.0.partition_point(|w| w.before < t);
+        (self.0[k..].iter().map(|w| w.n).sum(), self.horizon())
+    }
+
     /// The latest time a sample not yet pinned can have been stamped (0: none).
     pub fn horizon(&self) -> u64 {
         self.0.last().map_or(0, |w| w.before)

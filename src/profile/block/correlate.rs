@@ -198,7 +198,9 @@ struct Unaccounted {
     complete: Windows,
     issue: Windows,
     insert: u64,
-    /// Merges, requeues: only accounted at the end.
+    /// Requeues: the request's next insert or issue finds it ([`BlockCorrelator::requeue_lost`]).
+    requeue: u64,
+    /// Merges: only accounted at the end.
     other: u64,
     /// Every one was stamped no later than this.
     horizon: u64,
@@ -220,7 +222,7 @@ struct Unaccounted {
 
 impl Unaccounted {
     fn total(&self) -> u64 {
-        self.complete.total() + self.issue.total() + self.insert + self.other
+        self.complete.total() + self.issue.total() + self.insert + self.requeue + self.other
     }
 }
 
@@ -313,7 +315,17 @@ pub struct BlockCorrelator {
     /// Inserts paired with their issue, for feeding 1 in [`QUEUED_ONE_IN`] of them to
     /// the device's yardstick of queue time.
     queued_pairings: u32,
+    /// Places where a completion was paired with the first of several requests, one
+    /// issued before a completion went missing, latest last (at most [`SHIFTED_KEPT`]). Had the
+    /// first lost its own, each request there takes the next one's completion from
+    /// then on: a hot place (the flushes, all at sector 0; several writers of one
+    /// block) shifts by one until the run ends, and its last request is left with none.
+    shifted: Vec<Key>,
 }
+
+/// Places kept in [`BlockCorrelator::shifted`]: each is one place where a completion
+/// may have shifted, and a run's hot places are few.
+const SHIFTED_KEPT: usize = 64;
 
 impl BlockCorrelator {
     pub fn new(cfg: BlockConfig) -> BlockCorrelator {
@@ -338,6 +350,7 @@ impl BlockCorrelator {
             stale_at: u64::MAX,
             gate,
             queued_pairings: 0,
+            shifted: Vec::new(),
         }
     }
 
@@ -734,6 +747,7 @@ impl BlockCorrelator {
                 {
                     // The re-insert of a requeued request: keep its first start.
                     p.insert = Some(p.insert.map_or(t, |q| q.min(t)));
+                } else if self.missing.requeue > 0 && self.requeue_lost(key, e, None) {
                 } else if self.gate.admits(e.sector, t) {
                     self.add(key, fresh(Some(t), None), out);
                 }
@@ -782,12 +796,20 @@ impl BlockCorrelator {
                             self.dev_seen(e.dev).queued.add(q2d);
                         }
                     }
+                } else if self.missing.requeue > 0
+                    && self.missing.insert == 0
+                    && self.requeue_lost(key, e, Some((t, qd)))
+                {
                 } else {
                     let mut p = fresh(None, Some(t));
                     p.qd = qd;
                     // Issued without an insert on a device with a scheduler, while an
-                    // insert is unaccounted: this is the request that lost it.
-                    if self.missing.insert > 0 && self.dev_seen(e.dev).scheduled {
+                    // insert is unaccounted: this is the request that lost it. Not a
+                    // flush request: the kernel issues those without one.
+                    if self.missing.insert > 0
+                        && e.op != Op::Flush
+                        && self.dev_seen(e.dev).scheduled
+                    {
                         self.missing.insert -= 1;
                         p.cut = true;
                     }
@@ -853,6 +875,12 @@ impl BlockCorrelator {
                 };
                 if held > 1 {
                     self.counters.ambiguous += 1;
+                    // Its completion may have gone missing, this one the next's: not
+                    // only while the window is unaccounted (a request taken for the
+                    // one that lost it elsewhere, only slow, may have used it up).
+                    if p.issue.is_some_and(|i| i <= self.missing.complete_horizon) {
+                        self.shifted_at(key);
+                    }
                 }
                 if e.nr_sector > 0 && e.nr_sector < p.remaining && e.error == 0 {
                     // Partial completion: the rest completes later at the next sector.
@@ -928,8 +956,15 @@ impl BlockCorrelator {
         if self.gate.explains(e.sector, t) {
             return;
         }
-        // Its issue went missing after the window opened.
-        let found = self.missing.issue.take(|w| w.after < t).is_some();
+        // Its issue went missing after the window opened; a slow I/O's completion can
+        // come after its window was given up.
+        let m = &mut self.missing;
+        let its = |w: &Window| w.after < t;
+        let found = m
+            .issue
+            .take(its)
+            .or_else(|| m.issue_given_up.take(its))
+            .is_some();
         self.issue_lost(t, e, found, out);
     }
 
@@ -1002,14 +1037,68 @@ impl BlockCorrelator {
             if !(misfit || slow) {
                 return;
             }
+            // Its issue went missing between its insert and this one: with no window
+            // there left unaccounted (an event older than the drop, correlated after
+            // the drop was reported), it did not lose it.
             let its = |w: &Window| w.after < t && w.before >= insert;
-            if self.missing.issue.take(its).is_none() {
-                self.missing.issue_given_up.take(its);
+            let m = &mut self.missing;
+            if m.issue
+                .take(its)
+                .or_else(|| m.issue_given_up.take(its))
+                .is_none()
+            {
+                return;
             }
             self.pending
                 .take_where(&key, |q| q.issue.is_none() && q.insert == Some(insert));
             self.cut(key.0, &p, out);
         }
+    }
+
+    /// While a requeue is unaccounted: an insert at `key` (`issue` `None`), or an issue
+    /// there with no request inserted (its time and depth), of a request still issued
+    /// there of its op and size is that request's again after a requeue that went
+    /// missing, not a new I/O's; it is written `dropped`. Taken for a new one, the
+    /// request's own completion went to the one issued first, and the other was left
+    /// without: two rows for one I/O.
+    #[cold]
+    #[inline(never)]
+    fn requeue_lost(
+        &mut self,
+        key: Key,
+        e: &BlockEvent,
+        issue: Option<(u64, Option<u32>)>,
+    ) -> bool {
+        let same = |p: &Pending| p.issue.is_some() && p.op == e.op && p.remaining == e.nr_sector;
+        let Some(p) = self.pending.find_mut(&key, same) else {
+            return false;
+        };
+        p.cut = true;
+        p.requeued = true;
+        match issue {
+            Some((t, qd)) => {
+                p.issue = Some(t);
+                p.qd = qd;
+            }
+            None => p.issue = None,
+        }
+        // Off the device at the requeue: an issue counts it again.
+        if let Some(n) = self.issued.get_mut(&key.0) {
+            *n = n.saturating_sub(1);
+        }
+        self.missing.requeue -= 1;
+        true
+    }
+
+    /// Note `key` in [`Self::shifted`].
+    #[cold]
+    fn shifted_at(&mut self, key: Key) {
+        if let Some(i) = self.shifted.iter().position(|k| *k == key) {
+            self.shifted.remove(i);
+        } else if self.shifted.len() == SHIFTED_KEPT {
+            self.shifted.remove(0);
+        }
+        self.shifted.push(key);
     }
 
     /// The q2d of the device's inserts paired while no issue was missing (0: none yet).
@@ -1037,12 +1126,37 @@ impl BlockCorrelator {
                 .filter(|p| {
                     let limit = if issued < 2 { SURELY } else { PAST };
                     self.lost_completion(key.0, p, t, limit)
+                        || (issued > 1 && self.lost_here(key, p, t))
                 });
             let Some(p) = lost else { break };
             self.pending.take_where(&key, |q| q.issue == p.issue);
             self.suspect(key, p, t);
             (first_issue, issued) = self.first_issued(&key, nr_sector);
         }
+    }
+
+    /// Whether `p`, the first issued of several requests at `key`, lost one of the
+    /// completions missing since its issue, though not in flight long: fewer requests
+    /// at other places that could have lost one (issued by the last window's close) are
+    /// still in flight than completions are missing, so one of them is of a request
+    /// here, and FIFO makes it the first's. Otherwise the completion at hand is the
+    /// first's, the next request takes the one after it, and so on: at a place always
+    /// busy (the flushes, all at sector 0, while several writers fsync) every row there
+    /// was paired with its successor's completion until the run ended, and the last one
+    /// was left with none (the soak's `incomplete` flush).
+    fn lost_here(&self, key: Key, p: &Pending, t: u64) -> bool {
+        let Some(issue) = p.issue else {
+            return false;
+        };
+        let (missing, by) = self.missing.complete.closed_from(issue);
+        if missing == 0 || !self.missing.complete.before(t) {
+            return false;
+        }
+        let mut elsewhere = 0;
+        self.pending.for_each(|k, q| {
+            elsewhere += u64::from(*k != key && q.issue.is_some_and(|i| i <= by));
+        });
+        elsewhere < missing
     }
 
     /// Whether completion `e` ends a suspect at `key` whole and no request issued
@@ -1141,10 +1255,21 @@ impl Correlator for BlockCorrelator {
         // wrong guess under sustained overflow left the last requests to lose their
         // completions `incomplete`: 1 fresh CI run.) Each accounts for one sample still
         // unaccounted, if any are.
-        let seen = self.missing.complete_horizon;
+        //
+        // So may one issued later at a place where a completion was paired with one of
+        // several requests, issued before a completion went missing ([`Self::shifted`]): if
+        // the first had lost its own, each later one there took the completion of the
+        // one after it, and the last is left with none, however late it was issued.
+        // And a request only inserted by the time an issue went missing may have lost
+        // its issue and its completion, both given up since.
+        let (seen, seen_issue) = (self.missing.complete_horizon, self.missing.issue_horizon);
         let mut cuts = self.missing.total();
+        let shifted = std::mem::take(&mut self.shifted);
         left.retain(|(k, p)| {
-            let lost = p.issue.is_some_and(|i| i <= seen);
+            let lost = match p.issue {
+                Some(i) => i <= seen || shifted.contains(k),
+                None => p.insert.is_some_and(|q| q <= seen_issue),
+            };
             if lost {
                 cuts = cuts.saturating_sub(1);
                 self.cut(k.0, p, out);
@@ -1185,6 +1310,7 @@ impl Correlator for BlockCorrelator {
                 m.issue_horizon = m.issue_horizon.max(gap.before);
             }
             Some("block_rq_insert") => m.insert += gap.n,
+            Some("block_rq_requeue") => m.requeue += gap.n,
             _ => m.other += gap.n,
         }
         m.horizon = m.horizon.max(gap.before);
@@ -1422,6 +1548,34 @@ mod tests {
     }
 
     const COMPLETE: &str = "block:block_rq_complete";
+
+    /// [`run_missing`] with each gap's `after` given: `(i, event, after, before)`, one
+    /// sample each.
+    fn run_gaps(events: &[Ev], gaps: &[(usize, &str, u64, u64)]) -> (Vec<BlockRecord>, Counters) {
+        let mut c = BlockCorrelator::new(BlockConfig::default());
+        let mut out = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            for &(_, event, after, before) in gaps.iter().filter(|g| g.0 == i) {
+                let gap = Gap {
+                    event,
+                    n: 1,
+                    after,
+                    before,
+                };
+                assert!(c.on_missing(&gap));
+            }
+            c.on_event(e, &mut |r| out.push(r));
+        }
+        c.finish(&mut |r| out.push(r));
+        (out, c.counters())
+    }
+
+    /// (start, status, d2c) of every row, by start.
+    fn rows_by_start(r: &[BlockRecord]) -> Vec<(u64, Status, Option<u64>)> {
+        let mut v: Vec<_> = r.iter().map(|r| (r.start_ns, r.status, r.d2c_ns)).collect();
+        v.sort_unstable_by_key(|x| x.0);
+        v
+    }
 
     #[test]
     fn a_request_whose_completion_went_missing_is_cut_not_paired_with_the_next() {
@@ -2282,5 +2436,193 @@ mod tests {
             );
             assert_eq!((c.cut, c.unmatched), (0, 0));
         }
+    }
+
+    /// Three requests at sector 8 after the certain pairings (100 µs); the first one's
+    /// completion goes missing, a short while after its issue. No request elsewhere is
+    /// in flight to have lost it: the next completion there is the second's, not the
+    /// first's (which made every later one there take its successor's, and left the
+    /// last `incomplete`: the soak's flush at sector 0).
+    #[test]
+    fn a_completion_missing_at_a_busy_place_does_not_shift_the_ones_after_it() {
+        use BlockKind::*;
+        let mut evs = pairings_of_100us();
+        for (t, kind) in [
+            (1_000_000, Issue),
+            (1_010_000, Issue),
+            (1_020_000, Issue),
+            (1_030_000, Complete),
+            (1_040_000, Complete),
+        ] {
+            evs.push(ev(t, kind, 8, 8, Op::Write));
+        }
+        // Told before the second completion, as the live loop holds events for it.
+        let (r, c) = run_gaps(&evs, &[(13, COMPLETE, 1_012_000, 1_016_000)]);
+        let here: Vec<_> = (rows_by_start(&r).into_iter())
+            .filter(|x| x.0 >= 1_000_000)
+            .collect();
+        assert_eq!(
+            here,
+            vec![
+                (1_000_000, Status::Dropped, None),
+                (1_010_000, Status::Ok, Some(20_000)),
+                (1_020_000, Status::Ok, Some(20_000)),
+            ]
+        );
+        assert_eq!((c.cut, c.incomplete, c.unmatched), (1, 0, 0));
+    }
+
+    /// The same with a request elsewhere in flight that lost it: the completions at
+    /// sector 8 are FIFO as ever, and that request is `dropped`.
+    #[test]
+    fn a_completion_missing_elsewhere_leaves_a_busy_place_in_order() {
+        use BlockKind::*;
+        let mut evs = pairings_of_100us();
+        evs.push(ev(1_000_000, Issue, 500, 8, Op::Read));
+        for (t, kind) in [
+            (1_005_000, Issue),
+            (1_010_000, Issue),
+            (1_030_000, Complete),
+            (1_040_000, Complete),
+        ] {
+            evs.push(ev(t, kind, 8, 8, Op::Write));
+        }
+        let (r, c) = run_gaps(&evs, &[(13, COMPLETE, 1_012_000, 1_016_000)]);
+        let here: Vec<_> = (rows_by_start(&r).into_iter())
+            .filter(|x| x.0 >= 1_000_000)
+            .collect();
+        assert_eq!(
+            here,
+            vec![
+                (1_000_000, Status::Dropped, None),
+                (1_005_000, Status::Ok, Some(25_000)),
+                (1_010_000, Status::Ok, Some(30_000)),
+            ]
+        );
+        assert_eq!((c.cut, c.incomplete, c.unmatched), (1, 0, 0));
+    }
+
+    /// When the completion missing at a busy place was given to the wrong request there
+    /// (a request elsewhere was in flight and only slow), the last one there is left
+    /// with none, issued long after the completion went missing: `dropped`, not
+    /// `incomplete`.
+    #[test]
+    fn the_last_request_at_a_place_a_missing_completion_shifted_is_dropped() {
+        use BlockKind::*;
+        let mut evs = pairings_of_100us();
+        evs.push(ev(1_000_000, Issue, 500, 8, Op::Read));
+        for (t, kind) in [
+            (1_005_000, Issue),
+            (1_010_000, Issue),
+            // The first's completion went missing at ~1_013_000; this is the second's.
+            (1_030_000, Complete),
+            (1_050_000, Issue),
+            (1_060_000, Complete),
+        ] {
+            evs.push(ev(t, kind, 8, 8, Op::Write));
+        }
+        evs.push(ev(1_090_000, Complete, 500, 8, Op::Read));
+        // A scan a ms on gives the window up: no request is left to have lost it.
+        evs.push(ev(2_100_000, Issue, 3000, 8, Op::Read));
+        evs.push(ev(2_150_000, Complete, 3000, 8, Op::Read));
+        let (r, c) = run_gaps(&evs, &[(13, COMPLETE, 1_012_000, 1_016_000)]);
+        let last = r.iter().find(|r| r.start_ns == 1_050_000).unwrap();
+        assert_eq!(last.status, Status::Dropped);
+        assert_eq!((c.incomplete, c.unmatched), (0, 0));
+    }
+
+    /// An issue missing in a window after this request's issue (its events correlated
+    /// after the drop was reported, the sorter holding them): the request, inserted
+    /// before the window and issued smaller than inserted, did not lose it. Cut, it
+    /// made a `dropped` row and an `ok` row of its own issue with no queue time: under
+    /// a drop, a thousand of each in one replay.
+    #[test]
+    fn a_request_issued_before_an_issue_went_missing_keeps_its_issue() {
+        use BlockKind::*;
+        let evs = [
+            ev(100, Insert, 8, 16, Op::Write),
+            ev(200, Issue, 8, 8, Op::Write),
+            ev(300, Complete, 8, 8, Op::Write),
+        ];
+        let (r, c) = run_gaps(&evs, &[(0, ISSUE, 5_000, 6_000)]);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!((r[0].status, r[0].q2d_ns), (Status::Ok, Some(100)));
+        assert_eq!(c.cut, 0);
+    }
+
+    /// Certain pairings of 100 µs; the request at sector 8, inserted at 1 ms, loses its
+    /// issue; a scan at 2.05 ms gives the window up (no request took it).
+    fn issue_lost_and_given_up() -> Vec<Ev> {
+        use BlockKind::*;
+        let mut evs = pairings_of_100us();
+        evs.push(ev(1_000_000, Insert, 8, 8, Op::Read));
+        evs.push(ev(2_000_000, Issue, 2000, 8, Op::Read));
+        evs.push(ev(2_050_000, Complete, 2000, 8, Op::Read));
+        evs
+    }
+
+    /// Its completion comes after the scans gave the window up: the I/O that lost it,
+    /// `dropped` from its insert, not an unmatched completion; without the completion,
+    /// the request only inserted is `dropped` at the end, not `incomplete`.
+    #[test]
+    fn a_request_whose_issue_went_missing_is_dropped_after_its_window_was_given_up() {
+        use BlockKind::*;
+        let gap = [(11, ISSUE, 1_000_500, 1_001_000)];
+        let mut evs = issue_lost_and_given_up();
+        evs.push(ev(3_000_000, Complete, 8, 8, Op::Read));
+        let (r, c) = run_gaps(&evs, &gap);
+        let io = r.iter().find(|r| r.sector == 8).unwrap();
+        assert_eq!((io.status, io.start_ns), (Status::Dropped, 1_000_000));
+        assert_eq!((c.unmatched, c.incomplete, c.cut, r.len()), (0, 0, 1, 7));
+
+        let (r, c) = run_gaps(&issue_lost_and_given_up(), &gap);
+        let io = r.iter().find(|r| r.sector == 8).unwrap();
+        assert_eq!(io.status, Status::Dropped);
+        assert_eq!((c.incomplete, c.cut), (0, 1));
+    }
+
+    /// An insert missing on a device with a scheduler: the flush request the kernel
+    /// issues without one does not take it; the write issued without its insert does.
+    #[test]
+    fn a_flush_request_is_not_taken_for_the_one_that_lost_its_insert() {
+        use BlockKind::*;
+        let evs = [
+            ev(0, Insert, 100, 8, Op::Write),
+            ev(5, Issue, 100, 8, Op::Write),
+            ev(9, Complete, 100, 8, Op::Write),
+            ev(20, Issue, 0, 0, Op::Flush),
+            ev(30, Issue, 8, 8, Op::Write),
+            ev(40, Complete, u64::MAX, 0, Op::Flush),
+            ev(50, Complete, 8, 8, Op::Write),
+        ];
+        let (r, c) = run_gaps(&evs, &[(3, "block:block_rq_insert", 10, 15)]);
+        let st = |op| {
+            r.iter()
+                .find(|r| r.op == op && r.start_ns >= 20)
+                .unwrap()
+                .status
+        };
+        assert_eq!(
+            (st(Op::Flush), st(Op::Write)),
+            (Status::Ok, Status::Dropped)
+        );
+        assert_eq!((c.cut, c.incomplete), (1, 0));
+    }
+
+    /// A requeue missing on a device without a scheduler: the request's issue again is
+    /// not a new I/O's. One row, `dropped`; taken for a new one, the completion went to
+    /// the first issue and the second was left without: two rows for one I/O.
+    #[test]
+    fn a_request_whose_requeue_went_missing_is_one_row() {
+        use BlockKind::*;
+        let evs = [
+            ev(100, Issue, 8, 8, Op::Write),
+            ev(300, Issue, 8, 8, Op::Write),
+            ev(400, Complete, 8, 8, Op::Write),
+        ];
+        let (r, c) = run_gaps(&evs, &[(1, "block:block_rq_requeue", 150, 200)]);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!((r[0].status, r[0].start_ns), (Status::Dropped, 100));
+        assert_eq!((c.cut, c.incomplete), (1, 0));
     }
 }

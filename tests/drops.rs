@@ -1,0 +1,379 @@
+//! Samples the kernel counts and never writes, put into a real capture: does every I/O
+//! still come out once, as `ok` with its own events or `dropped`, and never
+//! `incomplete`?
+//!
+//! The kernel's perf path drops a few samples with no LOST record (docs/how-it-works.md):
+//! which ones it decides, and a soak shows a few such runs a day. Here stock `perf
+//! record` captures a workload that runs to its end on a loop disk under mq-deadline
+//! (every I/O complete: random reads and writes of mixed sizes, 8 MiB reads the block
+//! layer splits, discards, fsyncs of four jobs at once, O_SYNC writes), and the capture
+//! is replayed through the block profile whole, then many times with samples taken out
+//! at random, in bursts on one CPU, each reported to the pipeline as the live loop's
+//! ledger does: before any later event, with a window that holds it.
+//!
+//! Every trial must end with no `incomplete` row: a request left in flight at the end
+//! of a run whose every I/O completed lost a sample, and says so. Over all trials, the
+//! `ok` rows the whole replay does not have (a completion given to another request at
+//! the same place: swapped, never lost) and the completions left unmatched must stay a
+//! small fraction of the samples taken out: one drop once made every flush row after it
+//! its successor's, and another cut a thousand rows that had lost nothing.
+//!
+//! More trials, or a capture of your own, for a search:
+//! `NTPROF_DROPS_TRIALS=5000 NTPROF_DROPS_CAPTURE=x.data cargo test --release --test drops -- --nocapture`
+//! (the seed of each trial that broke is printed; `NTPROF_DROPS_SEED` starts there).
+
+mod common;
+
+use common::{kernel_ready, perf_ready, run_ok, tmp, LoopDev};
+use ntprof_perf::correlate::Gap;
+use ntprof_perf::device::SysBlock;
+use ntprof_perf::import::Capture;
+use ntprof_perf::pipeline::{Batch, Front, RecordSink, Stages};
+use ntprof_perf::record::{IoRecord, Status, Value};
+use ntprof_perf::sink::{Health, SinkError};
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::process::Command;
+
+/// A row as the whole replay must have it too: the columns a missing sample cannot
+/// change on an `ok` row (not the depth, not the candidates).
+type Key = Vec<String>;
+
+#[derive(Default)]
+struct Rows {
+    ok: Vec<Key>,
+    /// (start, sector) of the `dropped` rows.
+    dropped: Vec<(String, String)>,
+    statuses: HashMap<&'static str, u64>,
+    /// The `incomplete` rows, as text.
+    incomplete: Vec<String>,
+}
+
+const KEPT: &[&str] = &[
+    "start_ns", "dev", "op", "sector", "bytes", "q2d_ns", "d2c_ns", "q2c_ns", "error",
+];
+
+fn text(v: Value<'_>) -> String {
+    match v {
+        Value::Empty => String::new(),
+        Value::U64(n) | Value::Time(n) | Value::Hex(n) => n.to_string(),
+        Value::I64(n) => n.to_string(),
+        Value::Str(s) => s.to_string(),
+        Value::String(s) => s,
+        Value::Named(p, n) => format!("{p}{n}"),
+        Value::Dev(d) => d.to_string(),
+    }
+}
+
+impl RecordSink for Rows {
+    fn record(&mut self, r: &dyn IoRecord, _sample: u32) -> Result<(), SinkError> {
+        let s = r.schema();
+        let status = match r.status() {
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::Incomplete => "incomplete",
+            Status::Dropped => "dropped",
+        };
+        *self.statuses.entry(status).or_default() += 1;
+        let cells = || {
+            (0..s.columns.len())
+                .filter(|&i| KEPT.contains(&s.columns[i].name))
+                .map(|i| text(r.value(i)))
+        };
+        match r.status() {
+            Status::Ok | Status::Error => self.ok.push(cells().collect()),
+            Status::Incomplete => self.incomplete.push(
+                (0..s.columns.len())
+                    .map(|i| format!("{}={}", s.columns[i].name, text(r.value(i))))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            Status::Dropped => {
+                let c: Key = cells().collect();
+                self.dropped.push((c[0].clone(), c[3].clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One sample taken out: when, on which CPU, which event.
+#[derive(Debug, Clone)]
+struct Taken {
+    time: u64,
+    cpu: u32,
+    event: String,
+}
+
+/// The pipeline with samples taken out, and the ledger's reports of them.
+struct Dropper {
+    inner: Box<dyn Stages>,
+    rng: fastrand::Rng,
+    /// Chance a sample starts a burst of drops, and the longest burst.
+    p: f64,
+    burst: u32,
+    /// Drops left in the current burst, and its CPU.
+    left: (u32, u32),
+    names: HashMap<u16, String>,
+    /// The latest round's start: the pipeline has correlated nothing newer.
+    round: u64,
+    last_on: HashMap<u32, u64>,
+    taken: Vec<Taken>,
+}
+
+impl Dropper {
+    fn drop_this(&mut self, cpu: u32) -> bool {
+        if self.left.0 > 0 && self.left.1 == cpu {
+            self.left.0 -= 1;
+            return true;
+        }
+        if self.rng.f64() < self.p {
+            self.left = (self.rng.u32(0..self.burst), cpu);
+            return true;
+        }
+        false
+    }
+}
+
+impl Stages for Dropper {
+    fn sample(&mut self, time: u64, cpu: u32, raw: &[u8]) -> Option<u64> {
+        let id = raw.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        let event = id.and_then(|i| self.names.get(&i)).cloned();
+        if let Some(event) = event.filter(|_| self.drop_this(cpu)) {
+            // As the ledger reports it: after the last moment the counts were clean
+            // (here: the last sample of the CPU, or the round the pipeline has
+            // correlated up to, whichever is later) and by a count read at most a few
+            // ms on; before any later event reaches the correlator.
+            let after = self.last_on.get(&cpu).copied().unwrap_or(0).max(self.round);
+            let after = after.max(time.saturating_sub(self.rng.u64(0..2_000_000)));
+            let before = time + self.rng.u64(0..5_000_000);
+            self.inner.on_missing(&Gap {
+                event: &event,
+                n: 1,
+                after: after.min(time.saturating_sub(1)),
+                before,
+            });
+            self.taken.push(Taken { time, cpu, event });
+            return None;
+        }
+        self.last_on.insert(cpu, time);
+        self.inner.sample(time, cpu, raw)
+    }
+    fn begin_round(&mut self, now: u64) {
+        self.round = now;
+        self.inner.begin_round(now)
+    }
+    fn bad_records(&mut self, n: u64) {
+        self.inner.bad_records(n)
+    }
+    fn end_round(&mut self, out: &mut dyn FnMut(&dyn IoRecord, u32)) {
+        self.inner.end_round(out)
+    }
+    fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord, u32)) {
+        self.inner.finish(out)
+    }
+    fn health(&self) -> Health {
+        self.inner.health()
+    }
+    fn on_missing(&mut self, gap: &Gap<'_>) {
+        self.inner.on_missing(gap)
+    }
+    fn hold_until(&mut self, t: Option<u64>) {
+        self.inner.hold_until(t)
+    }
+    fn rows(&self) -> u64 {
+        self.inner.rows()
+    }
+    fn rate_from(&mut self, from: u64, n: u32) {
+        self.inner.rate_from(from, n)
+    }
+    fn gate(&mut self) -> Option<&mut ntprof_perf::correlate::gate::Gate> {
+        self.inner.gate()
+    }
+    fn front(&self) -> Option<Box<dyn Front>> {
+        None
+    }
+    fn push_batch(&mut self, _batch: Batch) {}
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One replay of `file` through the block profile, `p` of the samples starting a burst
+/// of up to `burst` taken out on one CPU (0: whole).
+fn replay(file: &Path, seed: u64, p: f64, burst: u32) -> (Rows, Health, Vec<Taken>) {
+    let cap = Capture::open(file, None).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let prof = cap.profile(Some("block")).expect("the block profile");
+    let plan = cap
+        .plan(prof, SysBlock::at(Path::new("/nonexistent-sysfs")))
+        .expect("plan");
+    let names = (plan.events.iter())
+        .map(|e| (e.id as u16, e.name.clone()))
+        .collect();
+    let mut d = Dropper {
+        inner: plan.stages,
+        rng: fastrand::Rng::with_seed(seed),
+        p,
+        burst,
+        left: (0, 0),
+        names,
+        round: 0,
+        last_on: HashMap::new(),
+        taken: Vec::new(),
+    };
+    let mut rows = Rows::default();
+    let replayed = cap.replay(&mut d, &mut rows).expect("replay");
+    (rows, replayed.health, d.taken)
+}
+
+/// The workload under stock `perf record`, only the loop disk's block events: a
+/// capture every I/O of which completed, or `None` when the kernel dropped a sample of
+/// it (perf record sees those drops too) three times over.
+fn capture() -> Option<std::path::PathBuf> {
+    let l = LoopDev::new("drops", 160);
+    l.scheduler("mq-deadline");
+    let devt = std::fs::read_to_string(format!("/sys/block/{}/dev", l.name)).unwrap();
+    let (major, minor) = devt.trim().split_once(':').unwrap();
+    let dev = (major.parse::<u64>().unwrap() << 20) | minor.parse::<u64>().unwrap();
+    let fio = |args: &str| {
+        format!(
+            "fio --name=d --filename={} --direct=1 --output=/dev/null {args}",
+            l.dev
+        )
+    };
+    let script = [
+        fio("--rw=randrw --rwmixread=70 --bsrange=4k-256k --ioengine=libaio --iodepth=32 --numjobs=2 --size=32m"),
+        fio("--rw=read --bs=8m --ioengine=libaio --iodepth=4 --size=64m"),
+        fio("--rw=randtrim --bs=64k --ioengine=libaio --iodepth=8 --size=16m --offset=64m"),
+        fio("--rw=randwrite --bs=4k --ioengine=psync --fsync=2 --size=1m --offset=96m --numjobs=4"),
+        fio("--rw=randwrite --bs=16k --ioengine=psync --sync=1 --size=1m --offset=112m --numjobs=2"),
+    ]
+    .join(" && ");
+    let data = tmp("drops.data");
+    for attempt in 1..=3 {
+        let mut perf = Command::new("perf");
+        perf.args(["record", "-q", "-a", "-m", "1024", "-o"])
+            .arg(&data);
+        for e in [
+            "block_rq_insert",
+            "block_rq_issue",
+            "block_rq_complete",
+            "block_rq_requeue",
+            "block_rq_merge",
+            "block_bio_backmerge",
+            "block_bio_frontmerge",
+        ] {
+            perf.args([
+                "-e",
+                &format!("block:{e}"),
+                "--filter",
+                &format!("dev == {dev}"),
+            ]);
+        }
+        run_ok(perf.args(["--", "sh", "-c", &script]));
+        let (whole, h, _) = replay(&data, 0, 0.0, 1);
+        if whole.incomplete.is_empty() && h.counters.unmatched == 0 && h.lost == 0 {
+            return Some(data);
+        }
+        eprintln!(
+            "drops: capture {attempt} is not whole (incomplete {}, unmatched {}, lost {}): the kernel dropped a sample of it; again",
+            whole.incomplete.len(),
+            h.counters.unmatched,
+            h.lost
+        );
+    }
+    None
+}
+
+#[test]
+fn samples_taken_out_of_a_whole_capture_leave_no_row_incomplete() {
+    let test = "samples_taken_out_of_a_whole_capture_leave_no_row_incomplete";
+    let given = std::env::var_os("NTPROF_DROPS_CAPTURE").map(std::path::PathBuf::from);
+    if given.is_none() && !(kernel_ready(test) && perf_ready(test)) {
+        return;
+    }
+    let Some(file) = given.or_else(capture) else {
+        // Three captures in a row each lost a sample: the property cannot be checked
+        // against a whole one. Not a pass of the check, said loudly.
+        eprintln!("SKIPPED {test}: no whole capture in three tries");
+        return;
+    };
+    let (whole, h, _) = replay(&file, 0, 0.0, 1);
+    let ios = whole.ok.len() as u64;
+    assert!(
+        whole.incomplete.is_empty() && h.counters.unmatched == 0,
+        "{}: not a whole capture",
+        file.display()
+    );
+    assert!(ios > 1000, "{ios} I/Os in the capture");
+    let truth: BTreeSet<&Key> = whole.ok.iter().collect();
+    let (trials, seed0) = (
+        env_u64("NTPROF_DROPS_TRIALS", 150),
+        env_u64("NTPROF_DROPS_SEED", 1),
+    );
+    let (mut drops, mut wrong_rows, mut unmatched, mut extra) = (0u64, 0u64, 0u64, 0u64);
+    let mut broke = Vec::new();
+    for trial in 0..trials {
+        let seed = seed0.wrapping_add(trial);
+        let mut rng = fastrand::Rng::with_seed(seed);
+        // Mostly a few drops in a run, as the kernel makes them; now and then many.
+        let p = [2e-5, 1e-4, 3e-4, 1e-3][rng.usize(0..4)];
+        let burst = rng.u32(1..12);
+        let (rows, h, taken) = replay(&file, seed, p, burst);
+        drops += taken.len() as u64;
+        let wrong: Vec<&Key> = rows.ok.iter().filter(|k| !truth.contains(k)).collect();
+        wrong_rows += wrong.len() as u64;
+        if std::env::var_os("NTPROF_DROPS_VERBOSE").is_some() && !wrong.is_empty() {
+            eprintln!(
+                "seed {seed} (p {p}, bursts to {burst}): {} ok rows not the whole replay's, first {:?}; taken out: {:?}",
+                wrong.len(),
+                wrong[0],
+                taken.iter().take(12).map(|t| (t.time, t.cpu, &t.event)).collect::<Vec<_>>()
+            );
+        }
+        unmatched += h.counters.unmatched;
+        let n = rows.ok.len() + rows.dropped.len() + rows.incomplete.len();
+        extra += (n as u64).saturating_sub(ios);
+        if !rows.incomplete.is_empty() {
+            broke.push(format!(
+                "seed {seed} (p {p}, bursts to {burst}): {} incomplete, first {}; taken out: {:?}",
+                rows.incomplete.len(),
+                rows.incomplete[0],
+                taken
+                    .iter()
+                    .take(12)
+                    .map(|t| (t.time, t.cpu, &t.event))
+                    .collect::<Vec<_>>()
+            ));
+        }
+    }
+    eprintln!(
+        "drops: {ios} I/Os, {trials} trials, {drops} samples taken out: {} trials with a row incomplete, {wrong_rows} ok rows the whole replay does not have, {unmatched} completions unmatched, {extra} rows beyond the I/Os",
+        broke.len()
+    );
+    assert!(broke.is_empty(), "{}", broke.join("\n"));
+    // Measured on captures of this workload: 1 wrong row in 4 to 20 samples taken out
+    // (the flushes of the O_SYNC phase: while a request elsewhere is in flight, a
+    // completion missing at sector 0 still shifts those after it) and 1 completion
+    // unmatched in 300 to 6,000; the cascades fixed were 5 wrong rows per sample.
+    assert!(
+        drops > 100,
+        "{drops} samples taken out: too few trials to tell"
+    );
+    assert!(
+        wrong_rows <= drops,
+        "{wrong_rows} ok rows not the whole replay's for {drops} samples taken out"
+    );
+    assert!(
+        unmatched * 50 <= drops,
+        "{unmatched} completions unmatched for {drops} samples taken out"
+    );
+    assert!(
+        extra * 50 <= drops,
+        "{extra} rows beyond the I/Os for {drops} samples taken out"
+    );
+}
