@@ -748,6 +748,7 @@ impl BlockCorrelator {
                     // The re-insert of a requeued request: keep its first start.
                     p.insert = Some(p.insert.map_or(t, |q| q.min(t)));
                 } else if self.missing.requeue > 0 && self.requeue_lost(key, e, None) {
+                    // That request again, its requeue missing.
                 } else if self.gate.admits(e.sector, t) {
                     self.add(key, fresh(Some(t), None), out);
                 }
@@ -800,6 +801,7 @@ impl BlockCorrelator {
                     && self.missing.insert == 0
                     && self.requeue_lost(key, e, Some((t, qd)))
                 {
+                    // That request again, its requeue missing.
                 } else {
                     let mut p = fresh(None, Some(t));
                     p.qd = qd;
