@@ -2440,31 +2440,46 @@ mod tests {
         }
     }
 
-    /// Three requests at sector 8 after the certain pairings (100 µs); the first one's
-    /// completion goes missing, a short while after its issue. No request elsewhere is
-    /// in flight to have lost it: the next completion there is the second's, not the
-    /// first's (which made every later one there take its successor's, and left the
-    /// last `incomplete`: the soak's flush at sector 0).
+    /// The certain pairings (100 µs), a read at sector 500 issued at 1 ms when
+    /// `elsewhere`, then `steps` of writes at sector 8; one completion goes missing
+    /// between 1.012 and 1.016 ms, told before the 14th event, as the live loop holds
+    /// events for it. The rows of 1 ms on, by start, and the counters.
+    fn busy_place(
+        elsewhere: bool,
+        steps: &[(u64, BlockKind)],
+        after: &[Ev],
+    ) -> (Vec<(u64, Status, Option<u64>)>, Counters) {
+        let mut evs = pairings_of_100us();
+        if elsewhere {
+            evs.push(ev(1_000_000, BlockKind::Issue, 500, 8, Op::Read));
+        }
+        evs.extend(steps.iter().map(|&(t, kind)| ev(t, kind, 8, 8, Op::Write)));
+        evs.extend_from_slice(after);
+        let (r, c) = run_gaps(&evs, &[(13, COMPLETE, 1_012_000, 1_016_000)]);
+        let rows = (rows_by_start(&r).into_iter())
+            .filter(|x| x.0 >= 1_000_000)
+            .collect();
+        (rows, c)
+    }
+
+    /// Three requests at sector 8; the first one's completion goes missing, a short
+    /// while after its issue. No request elsewhere is in flight to have lost it: the
+    /// next completion there is the second's, not the first's (which made every later
+    /// one there take its successor's, and left the last `incomplete`: the soak's
+    /// flush at sector 0).
     #[test]
     fn a_completion_missing_at_a_busy_place_does_not_shift_the_ones_after_it() {
         use BlockKind::*;
-        let mut evs = pairings_of_100us();
-        for (t, kind) in [
+        let steps = [
             (1_000_000, Issue),
             (1_010_000, Issue),
             (1_020_000, Issue),
             (1_030_000, Complete),
             (1_040_000, Complete),
-        ] {
-            evs.push(ev(t, kind, 8, 8, Op::Write));
-        }
-        // Told before the second completion, as the live loop holds events for it.
-        let (r, c) = run_gaps(&evs, &[(13, COMPLETE, 1_012_000, 1_016_000)]);
-        let here: Vec<_> = (rows_by_start(&r).into_iter())
-            .filter(|x| x.0 >= 1_000_000)
-            .collect();
+        ];
+        let (rows, c) = busy_place(false, &steps, &[]);
         assert_eq!(
-            here,
+            rows,
             vec![
                 (1_000_000, Status::Dropped, None),
                 (1_010_000, Status::Ok, Some(20_000)),
@@ -2479,22 +2494,15 @@ mod tests {
     #[test]
     fn a_completion_missing_elsewhere_leaves_a_busy_place_in_order() {
         use BlockKind::*;
-        let mut evs = pairings_of_100us();
-        evs.push(ev(1_000_000, Issue, 500, 8, Op::Read));
-        for (t, kind) in [
+        let steps = [
             (1_005_000, Issue),
             (1_010_000, Issue),
             (1_030_000, Complete),
             (1_040_000, Complete),
-        ] {
-            evs.push(ev(t, kind, 8, 8, Op::Write));
-        }
-        let (r, c) = run_gaps(&evs, &[(13, COMPLETE, 1_012_000, 1_016_000)]);
-        let here: Vec<_> = (rows_by_start(&r).into_iter())
-            .filter(|x| x.0 >= 1_000_000)
-            .collect();
+        ];
+        let (rows, c) = busy_place(true, &steps, &[]);
         assert_eq!(
-            here,
+            rows,
             vec![
                 (1_000_000, Status::Dropped, None),
                 (1_005_000, Status::Ok, Some(25_000)),
@@ -2511,25 +2519,23 @@ mod tests {
     #[test]
     fn the_last_request_at_a_place_a_missing_completion_shifted_is_dropped() {
         use BlockKind::*;
-        let mut evs = pairings_of_100us();
-        evs.push(ev(1_000_000, Issue, 500, 8, Op::Read));
-        for (t, kind) in [
+        let steps = [
             (1_005_000, Issue),
             (1_010_000, Issue),
             // The first's completion went missing at ~1_013_000; this is the second's.
             (1_030_000, Complete),
             (1_050_000, Issue),
             (1_060_000, Complete),
-        ] {
-            evs.push(ev(t, kind, 8, 8, Op::Write));
-        }
-        evs.push(ev(1_090_000, Complete, 500, 8, Op::Read));
-        // A scan a ms on gives the window up: no request is left to have lost it.
-        evs.push(ev(2_100_000, Issue, 3000, 8, Op::Read));
-        evs.push(ev(2_150_000, Complete, 3000, 8, Op::Read));
-        let (r, c) = run_gaps(&evs, &[(13, COMPLETE, 1_012_000, 1_016_000)]);
-        let last = r.iter().find(|r| r.start_ns == 1_050_000).unwrap();
-        assert_eq!(last.status, Status::Dropped);
+        ];
+        let after = [
+            ev(1_090_000, Complete, 500, 8, Op::Read),
+            // A scan a ms on gives the window up: no request is left to have lost it.
+            ev(2_100_000, Issue, 3000, 8, Op::Read),
+            ev(2_150_000, Complete, 3000, 8, Op::Read),
+        ];
+        let (rows, c) = busy_place(true, &steps, &after);
+        let last = rows.iter().find(|r| r.0 == 1_050_000).unwrap();
+        assert_eq!(last.1, Status::Dropped);
         assert_eq!((c.incomplete, c.unmatched), (0, 0));
     }
 
