@@ -579,7 +579,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     }
     if health.dropped > 0 {
         eprintln!(
-            "ntprof-perf: warning: the kernel counted {} samples it never wrote, with no ring full and no LOST record ({}); the I/Os they cut are `dropped` rows, never paired with another I/O's event",
+            "ntprof-perf: warning: the kernel counted {} samples it never wrote, with no ring full and no LOST record ({}); the I/Os they cut are `dropped` rows; where several requests were in flight at one sector (flushes, a hot block), a completion can still go to its neighbour's request, swapped, never lost (docs/how-it-works.md)",
             health.dropped,
             health.dropped_per_cpu.text()
         );
