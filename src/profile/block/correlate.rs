@@ -221,6 +221,14 @@ struct Unaccounted {
 }
 
 impl Unaccounted {
+    /// One missing issue off the oldest window that `fits`, open or else given up (a
+    /// slow I/O's events can come after its window was given up).
+    fn take_issue(&mut self, fits: impl Fn(&Window) -> bool + Copy) -> Option<Window> {
+        self.issue
+            .take(fits)
+            .or_else(|| self.issue_given_up.take(fits))
+    }
+
     fn total(&self) -> u64 {
         self.complete.total() + self.issue.total() + self.insert + self.requeue + self.other
     }
@@ -960,13 +968,7 @@ impl BlockCorrelator {
         }
         // Its issue went missing after the window opened; a slow I/O's completion can
         // come after its window was given up.
-        let m = &mut self.missing;
-        let its = |w: &Window| w.after < t;
-        let found = m
-            .issue
-            .take(its)
-            .or_else(|| m.issue_given_up.take(its))
-            .is_some();
+        let found = self.missing.take_issue(|w| w.after < t).is_some();
         self.issue_lost(t, e, found, out);
     }
 
@@ -1043,12 +1045,7 @@ impl BlockCorrelator {
             // there left unaccounted (an event older than the drop, correlated after
             // the drop was reported), it did not lose it.
             let its = |w: &Window| w.after < t && w.before >= insert;
-            let m = &mut self.missing;
-            if m.issue
-                .take(its)
-                .or_else(|| m.issue_given_up.take(its))
-                .is_none()
-            {
+            if self.missing.take_issue(its).is_none() {
                 return;
             }
             self.pending
