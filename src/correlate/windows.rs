@@ -75,3 +75,47 @@ impl Windows {
         self.0.drain(..k)
     }
 }
+
+/// Places where a completion was paired with the first of several I/Os there, one
+/// started before a completion went missing, latest last (at most [`Shifted::KEPT`]).
+/// Had the first lost its own, each I/O there takes the next one's completion from
+/// then on: a hot place (the flushes, all at sector 0; several writers of one block)
+/// shifts by one until the run ends, and its last I/O is left with none, however late
+/// it started. At the end such an I/O is `dropped`, not `incomplete`.
+#[derive(Debug, Clone)]
+pub struct Shifted<K>(Vec<K>);
+
+impl<K> Default for Shifted<K> {
+    fn default() -> Self {
+        Shifted(Vec::new())
+    }
+}
+
+impl<K: PartialEq> Shifted<K> {
+    /// Places kept: each is one place where a completion may have shifted, and a
+    /// run's hot places are few.
+    pub const KEPT: usize = 64;
+
+    #[cold]
+    pub fn note(&mut self, key: K) {
+        if let Some(i) = self.0.iter().position(|k| *k == key) {
+            self.0.remove(i);
+        } else if self.0.len() == Self::KEPT {
+            self.0.remove(0);
+        }
+        self.0.push(key);
+    }
+
+    pub fn contains(&self, key: &K) -> bool {
+        self.0.contains(key)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The place is in order again.
+    pub fn remove(&mut self, key: &K) {
+        self.0.retain(|k| k != key);
+    }
+}

@@ -89,7 +89,10 @@ impl Profile for Bio {
             }
             asked.iter().map(BlockDevice::kernel_dev).collect()
         };
-        if devs.is_empty() {
+        // A capture's events are what perf recorded, of devices this host may not have
+        // (another host's, or a device-mapper stack torn down since): every device in
+        // it is a row's, and clones below a remap are followed as ever.
+        if devs.is_empty() && !ctx.capture {
             return Err(PlanError::Flag {
                 flag: "--profile bio".into(),
                 why: "no bio-based block device (device-mapper, md, zram) on this host now; for disks use --profile block".into(),

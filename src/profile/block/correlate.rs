@@ -88,7 +88,7 @@
 use super::record::BlockRecord;
 use crate::correlate::gate::Gate;
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
-use crate::correlate::windows::{Window, Windows};
+use crate::correlate::windows::{Shifted, Window, Windows};
 use crate::correlate::yardstick::{Yardstick, SURELY};
 use crate::correlate::{Correlator, Counters, DevMap, Gap, Starts, Status, UnmatchedLog};
 use crate::decode::Event;
@@ -324,16 +324,9 @@ pub struct BlockCorrelator {
     /// the device's yardstick of queue time.
     queued_pairings: u32,
     /// Places where a completion was paired with the first of several requests, one
-    /// issued before a completion went missing, latest last (at most [`SHIFTED_KEPT`]). Had the
-    /// first lost its own, each request there takes the next one's completion from
-    /// then on: a hot place (the flushes, all at sector 0; several writers of one
-    /// block) shifts by one until the run ends, and its last request is left with none.
-    shifted: Vec<Key>,
+    /// issued before a completion went missing.
+    shifted: Shifted<Key>,
 }
-
-/// Places kept in [`BlockCorrelator::shifted`]: each is one place where a completion
-/// may have shifted, and a run's hot places are few.
-const SHIFTED_KEPT: usize = 64;
 
 impl BlockCorrelator {
     pub fn new(cfg: BlockConfig) -> BlockCorrelator {
@@ -358,7 +351,7 @@ impl BlockCorrelator {
             stale_at: u64::MAX,
             gate,
             queued_pairings: 0,
-            shifted: Vec::new(),
+            shifted: Shifted::default(),
         }
     }
 
@@ -889,7 +882,7 @@ impl BlockCorrelator {
                     // only while the window is unaccounted (a request taken for the
                     // one that lost it elsewhere, only slow, may have used it up).
                     if p.issue.is_some_and(|i| i <= self.missing.complete_horizon) {
-                        self.shifted_at(key);
+                        self.shifted.note(key);
                     }
                 }
                 if e.nr_sector > 0 && e.nr_sector < p.remaining && e.error == 0 {
@@ -1087,17 +1080,6 @@ impl BlockCorrelator {
         }
         self.missing.requeue -= 1;
         true
-    }
-
-    /// Note `key` in [`Self::shifted`].
-    #[cold]
-    fn shifted_at(&mut self, key: Key) {
-        if let Some(i) = self.shifted.iter().position(|k| *k == key) {
-            self.shifted.remove(i);
-        } else if self.shifted.len() == SHIFTED_KEPT {
-            self.shifted.remove(0);
-        }
-        self.shifted.push(key);
     }
 
     /// The q2d of the device's inserts paired while no issue was missing (0: none yet).
