@@ -109,13 +109,4 @@ impl<K: PartialEq> Shifted<K> {
     pub fn contains(&self, key: &K) -> bool {
         self.0.contains(key)
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// The place is in order again.
-    pub fn remove(&mut self, key: &K) {
-        self.0.retain(|k| k != key);
-    }
 }
