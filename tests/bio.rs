@@ -121,9 +121,7 @@ fn request_based_disks_are_refused_with_what_to_use() {
         return;
     }
     let data = tmp("bio-refuse.data");
-    let rdev = std::fs::read_to_string(format!("/sys/block/{}/dev", l.name)).unwrap();
-    let (major, minor) = rdev.trim().split_once(':').unwrap();
-    let kdev = (major.parse::<u64>().unwrap() << 20) | minor.parse::<u64>().unwrap();
+    let kdev = kernel_dev(&l.dev);
     let filter = format!("dev == {kdev}");
     run_ok(
         Command::new("perf")

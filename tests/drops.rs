@@ -30,7 +30,7 @@
 
 mod common;
 
-use common::{kernel_ready, perf_ready, run_ok, tmp, zram, LoopDev, Zram};
+use common::{kernel_dev, kernel_ready, perf_ready, run_ok, tmp, zram, LoopDev, Zram};
 use ntprof_perf::correlate::Gap;
 use ntprof_perf::device::SysBlock;
 use ntprof_perf::import::Capture;
@@ -237,13 +237,6 @@ fn replay(file: &Path, profile: &str, seed: u64, p: f64, burst: u32) -> (Rows, H
     (rows, replayed.health, d.taken)
 }
 
-/// The dev_t of block device `name`, as the tracepoints give it.
-fn kernel_dev(name: &str) -> u64 {
-    let devt = std::fs::read_to_string(format!("/sys/block/{name}/dev")).unwrap();
-    let (major, minor) = devt.trim().split_once(':').unwrap();
-    (major.parse::<u64>().unwrap() << 20) | minor.parse::<u64>().unwrap()
-}
-
 /// fio on `dev` with `args`, for a `sh -c` script.
 fn fio(dev: &str, args: &str) -> String {
     format!("fio --name=d --filename={dev} --direct=1 --output=/dev/null {args}")
@@ -303,7 +296,7 @@ fn block_capture() -> Option<std::path::PathBuf> {
         "block_bio_backmerge",
         "block_bio_frontmerge",
     ];
-    capture("block", kernel_dev(&l.name), &events, &script)
+    capture("block", kernel_dev(&l.dev), &events, &script)
 }
 
 /// What trials of one capture came to.
@@ -455,7 +448,7 @@ fn bio_capture() -> Option<std::path::PathBuf> {
     ]
     .join(" && ");
     let events = ["block_bio_queue", "block_bio_complete"];
-    capture("bio", kernel_dev(&z.name()), &events, &script)
+    capture("bio", kernel_dev(&z.dev), &events, &script)
 }
 
 /// The same for the bio profile, which pairs by place too: a completion missing at a

@@ -93,14 +93,6 @@ fn online_cpus() -> Vec<u32> {
     ntprof_perf::perf::online_cpus().expect("online CPU list")
 }
 
-/// The kernel's `dev_t` of a block device node (major << 20 | minor), as in `dev == N`.
-fn kernel_dev(node: &str) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let rdev = std::fs::metadata(node).unwrap().rdev();
-    let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
-    (major << 20) | minor
-}
-
 /// `name N` on the exit line; counters the line leaves out when zero (`late`,
 /// `bad-records`) read as 0.
 fn counter(line: &str, name: &str) -> u64 {

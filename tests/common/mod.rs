@@ -489,3 +489,12 @@ pub fn zram(test: &str) -> Option<Zram> {
     }
     z
 }
+
+/// The kernel's `dev_t` of a block device node (major << 20 | minor), as the
+/// tracepoints give it and `perf record --filter "dev == N"` takes it.
+pub fn kernel_dev(node: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = std::fs::metadata(node).unwrap().rdev();
+    let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+    (major << 20) | minor
+}
