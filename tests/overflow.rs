@@ -44,7 +44,7 @@ fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() 
         profile: "block",
         jobs: 1,
         rw: "randread",
-        ok_share: 2,
+        per_io: 2,
         depths: true,
     };
     overflow(&l.dev, "none", &one);
@@ -52,7 +52,7 @@ fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() 
     let three = Load {
         jobs: 3,
         rw: "randrw",
-        ok_share: 10,
+        per_io: 3,
         depths: false,
         ..one
     };
@@ -60,21 +60,21 @@ fn under_sustained_overflow_ok_rows_stay_true_and_the_depth_is_known_or_empty() 
     if let Some(z) = zram(test) {
         let bio = Load {
             profile: "bio",
+            per_io: 2,
             ..three
         };
         overflow(&z.dev, "bio on zram", &bio);
     }
 }
 
-/// One overflowed run: the profile, fio's jobs (each at QD32) and pattern, the least
-/// share of fio's I/Os that are `ok` rows (1 in `ok_share`), and whether most depths
-/// must be known.
+/// One overflowed run: the profile, fio's jobs (each at QD32) and pattern, the samples
+/// one whole I/O gives, and whether most depths must be known.
 #[derive(Clone, Copy)]
 struct Load {
     profile: &'static str,
     jobs: u64,
     rw: &'static str,
-    ok_share: u64,
+    per_io: u64,
     depths: bool,
 }
 
@@ -110,10 +110,15 @@ fn overflow(dev: &str, what: &str, load: &Load) {
     );
     let lat_max = fio_lat_max_ns(&json);
     let ok = ok_rows(&rows, &err);
+    // Not everything cut: most samples the kernel did deliver end in `ok` rows (91-100 %
+    // here). Measured against the samples, not fio's I/Os: how many a one-page ring
+    // loses depends on how busy the host is (a compile beside the block phase took it
+    // from 10 % to 55 %, and half fio's I/Os could no longer be whole).
     assert!(
-        ok.len() as u64 * load.ok_share > fio_ios(&json),
-        "{} ok rows: {err}",
-        ok.len()
+        ok.len() as u64 * load.per_io * 2 > samples,
+        "{} ok rows ({} samples each) of {samples} samples delivered: {err}",
+        ok.len(),
+        load.per_io
     );
     // Every stage, queue time included: fio's latency runs from before the first
     // event to after the completion.
@@ -156,8 +161,9 @@ fn overflow(dev: &str, what: &str, load: &Load) {
         eprintln!("overflow: {deep} of {known} depths known with other rows in flight");
     }
     eprintln!(
-        "overflow: {} rows, {slower} slower than fio, {deeper} deeper, {known} with a depth: {err}",
-        rows.len()
+        "overflow: {} rows, {} ok, {slower} slower than fio, {deeper} deeper, {known} with a depth: {err}",
+        rows.len(),
+        ok.len()
     );
     let _ = std::fs::remove_file(csv);
     let _ = std::fs::remove_file(json);
