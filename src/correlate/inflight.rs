@@ -141,6 +141,15 @@ impl<K: Hash + Eq + Copy, V: Started> Inflight<K, V> {
     }
 
     /// The oldest entry under `key` that `pred` accepts.
+    /// How many entries under `key` satisfy `pred`.
+    pub fn count_where(&self, key: &K, mut pred: impl FnMut(&V) -> bool) -> usize {
+        match self.map.get(key) {
+            None => 0,
+            Some(Slot::One(v)) => usize::from(pred(v)),
+            Some(Slot::Many(q)) => q.iter().filter(|v| pred(v)).count(),
+        }
+    }
+
     pub fn find_mut(&mut self, key: &K, mut pred: impl FnMut(&V) -> bool) -> Option<&mut V> {
         match self.map.get_mut(key)? {
             Slot::One(v) => pred(v).then_some(v),

@@ -326,6 +326,9 @@ pub struct BlockCorrelator {
     /// Places where a completion was paired with the first of several requests, one
     /// issued before a completion went missing.
     shifted: Shifted<Key>,
+    /// Places where an issue was paired with the first of several requests waiting for
+    /// one, inserted before an issue went missing: the same shift one stage earlier.
+    issue_shifted: Shifted<Key>,
 }
 
 impl BlockCorrelator {
@@ -352,6 +355,7 @@ impl BlockCorrelator {
             gate,
             queued_pairings: 0,
             shifted: Shifted::default(),
+            issue_shifted: Shifted::default(),
         }
     }
 
@@ -781,7 +785,19 @@ impl BlockCorrelator {
                     || self.stale > 0
                     || t > self.stale_at;
                 let qd = (!doubt).then_some(*depth);
+                let lost_before = self.missing.issue_horizon;
+                let waiting = if lost_before > 0 {
+                    self.pending.count_where(&key, |p| p.issue.is_none())
+                } else {
+                    0
+                };
                 if let Some(p) = self.pending.find_mut(&key, |p| p.issue.is_none()) {
+                    // Had the first lost its issue (and its completion), each request
+                    // here takes the previous one's insert from now on, and the last
+                    // is left with no issue, however late it was inserted.
+                    if waiting > 1 && p.insert.is_some_and(|q| q <= lost_before) {
+                        self.issue_shifted.note(key);
+                    }
                     p.issue = Some(t);
                     p.qd = qd;
                     // The issue carries the final size (merges happen before dispatch).
@@ -1242,14 +1258,17 @@ impl Correlator for BlockCorrelator {
         // the first had lost its own, each later one there took the completion of the
         // one after it, and the last is left with none, however late it was issued.
         // And a request only inserted by the time an issue went missing may have lost
-        // its issue and its completion, both given up since.
+        // its issue and its completion, both given up since; so may one inserted later
+        // at a place where an issue was paired with one of several such requests
+        // ([`Self::issue_shifted`]), for the same reason as above.
         let (seen, seen_issue) = (self.missing.complete_horizon, self.missing.issue_horizon);
         let mut cuts = self.missing.total();
         let shifted = std::mem::take(&mut self.shifted);
+        let issue_shifted = std::mem::take(&mut self.issue_shifted);
         left.retain(|(k, p)| {
             let lost = match p.issue {
                 Some(i) => i <= seen || shifted.contains(k),
-                None => p.insert.is_some_and(|q| q <= seen_issue),
+                None => p.insert.is_some_and(|q| q <= seen_issue) || issue_shifted.contains(k),
             };
             if lost {
                 cuts = cuts.saturating_sub(1);
@@ -2516,6 +2535,37 @@ mod tests {
         let last = rows.iter().find(|r| r.0 == 1_050_000).unwrap();
         assert_eq!(last.1, Status::Dropped);
         assert_eq!((c.incomplete, c.unmatched), (0, 0));
+    }
+
+    /// The same one stage earlier: the first request at a place lost its issue and its
+    /// completion, so each later one there is issued as the one before it, and the last
+    /// is left with an insert only, inserted long after the issue went missing:
+    /// `dropped`, not `incomplete` (a fresh capture's replay under a compile beside it,
+    /// 2026-11-29).
+    #[test]
+    fn the_last_request_at_a_place_a_missing_issue_shifted_is_dropped() {
+        use BlockKind::*;
+        let mut evs = pairings_of_100us();
+        evs.extend([
+            ev(1_000_000, Insert, 8, 8, Op::Write),
+            ev(1_100_000, Insert, 8, 8, Op::Write),
+            ev(1_100_100, Issue, 8, 8, Op::Write),
+            ev(1_100_200, Complete, 8, 8, Op::Write),
+            ev(1_200_000, Insert, 8, 8, Op::Write),
+            ev(1_200_100, Issue, 8, 8, Op::Write),
+            ev(1_200_200, Complete, 8, 8, Op::Write),
+            // Scans later give the windows up: nothing is left unaccounted at the end.
+            ev(5_000_000, Issue, 3000, 8, Op::Read),
+            ev(5_000_100, Complete, 3000, 8, Op::Read),
+        ]);
+        let gaps = [
+            (11, ISSUE, 1_000_500, 1_001_000),
+            (11, COMPLETE, 1_010_000, 1_020_000),
+        ];
+        let (r, c) = run_gaps(&evs, &gaps);
+        let last = r.iter().find(|r| r.start_ns == 1_200_000).unwrap();
+        assert_eq!(last.status, Status::Dropped, "{r:?}");
+        assert_eq!(c.incomplete, 0, "{r:?}");
     }
 
     /// An issue missing in a window after this request's issue (its events correlated
