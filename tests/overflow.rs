@@ -110,12 +110,13 @@ fn overflow(dev: &str, what: &str, load: &Load) {
     );
     let lat_max = fio_lat_max_ns(&json);
     let ok = ok_rows(&rows, &err);
-    // Not everything cut: most samples the kernel did deliver end in `ok` rows (91-100 %
-    // here). Measured against the samples, not fio's I/Os: how many a one-page ring
-    // loses depends on how busy the host is (a compile beside the block phase took it
-    // from 10 % to 55 %, and half fio's I/Os could no longer be whole).
+    // Not everything cut: most samples the kernel did deliver end in `ok` rows (88-100 %
+    // here; 68 % through mq-deadline with a busy loop on one of the two CPUs, 83 % of the
+    // samples lost). Measured against the samples, not fio's I/Os: how many a one-page
+    // ring loses depends on how busy the host is (a compile beside the block phase took
+    // it from 10 % to 55 %, and half fio's I/Os could no longer be whole).
     assert!(
-        ok.len() as u64 * load.per_io * 2 > samples,
+        ok.len() as u64 * load.per_io * 3 > samples,
         "{} ok rows ({} samples each) of {samples} samples delivered: {err}",
         ok.len(),
         load.per_io
@@ -145,10 +146,13 @@ fn overflow(dev: &str, what: &str, load: &Load) {
         "{deeper} rows deeper than fio's {depth}: {err}"
     );
     // Not every depth given up: the windows close once nothing can be found for them.
-    if load.depths {
+    // Only while the loss leaves time between the windows: with a fifth of the samples
+    // lost or more (a busy host's one-page ring: 55 % beside a compile, 2026-11-29) a
+    // sample is nearly always unaccounted, as in the runs below, and 3 % are known.
+    if load.depths && lost * 5 < samples + lost {
         assert!(
             known * 20 > ok.len(),
-            "{known} of {} with a depth",
+            "{known} of {} with a depth: {err}",
             ok.len()
         );
     }
