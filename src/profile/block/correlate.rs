@@ -2546,7 +2546,7 @@ mod tests {
     /// The same one stage earlier: the first request at a place lost its issue and its
     /// completion, so each later one there is issued as the one before it, and the last
     /// is left with an insert only, inserted long after the issue went missing:
-    /// `dropped`, not `incomplete` (a fresh capture's replay under a compile beside it,
+    /// `dropped`, not `incomplete` (a fresh capture taken beside a busy loop, replayed,
     /// 2026-11-29).
     #[test]
     fn the_last_request_at_a_place_a_missing_issue_shifted_is_dropped() {
