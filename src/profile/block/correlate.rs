@@ -788,34 +788,34 @@ impl BlockCorrelator {
                     || self.stale > 0
                     || t > self.stale_at;
                 let qd = (!doubt).then_some(*depth);
-                let lost_before = self.missing.issue_horizon;
-                let waiting = if lost_before > 0 {
-                    self.pending.count_where(&key, waits)
-                } else {
-                    0
-                };
                 if let Some(p) = self.pending.find_mut(&key, waits) {
-                    // Had the first lost its issue (and its completion), each request
-                    // here takes the previous one's insert from now on, and the last
-                    // is left with no issue, however late it was inserted.
-                    if waiting > 1 && p.insert.is_some_and(|q| q <= lost_before) {
-                        self.issue_shifted.note(key);
-                    }
                     p.issue = Some(t);
                     p.qd = qd;
                     // The issue carries the final size (merges happen before dispatch).
                     p.bytes = e.bytes as u64;
                     p.remaining = e.nr_sector;
-                    p.op = e.op;
+                    let inserted = p.insert;
                     // Every pairing that was not taken for a lost issue: under sustained
                     // overflow an issue has nearly always gone missing since the insert,
                     // and the wrong ones left are shorter than the yardstick's bound.
-                    let queued = p.insert.filter(|_| !p.requeued);
+                    let queued = inserted.filter(|_| !p.requeued);
                     self.queued_pairings = self.queued_pairings.wrapping_add(1);
                     if self.queued_pairings % QUEUED_ONE_IN == 0 {
                         if let Some(q2d) = queued.and_then(|q| t.checked_sub(q)) {
                             self.dev_seen(e.dev).queued.add(q2d);
                         }
+                    }
+                    // Had the first lost its issue (and its completion), each request
+                    // here takes the previous one's insert from now on, and the last
+                    // is left with no issue, however late it was inserted. Counted only
+                    // for a first inserted before an issue went missing: not a second
+                    // lookup on every issue once one has.
+                    let lost_before = self.missing.issue_horizon;
+                    if lost_before > 0
+                        && inserted.is_some_and(|q| q <= lost_before)
+                        && self.pending.count_where(&key, waits) > 0
+                    {
+                        self.issue_shifted.note(key);
                     }
                 } else if self.missing.requeue > 0
                     && self.missing.insert == 0
