@@ -304,6 +304,13 @@ fn bad_input_is_refused_before_tracing_with_what_to_do() {
         &["report", bad.to_str().unwrap()],
         "bad.csv: empty: not even a header line",
     );
+    // A binary with no newline at all (read only up to its last one, it would look
+    // empty): said not to be a recording, not empty.
+    std::fs::write(&bad, b"\x7fELF\x02\x01\x01\0binary without a line end").unwrap();
+    fails_with(
+        &["report", bad.to_str().unwrap()],
+        "bad.csv: not a recording: no line ends in its 33 bytes",
+    );
     // A recording zstd-compressed to be moved: not read as text, and not said cut.
     std::fs::write(&bad, b"\x28\xb5\x2f\xfd\x24\x00binary").unwrap();
     fails_with(

@@ -397,7 +397,7 @@ fn push_field(buf: &mut Vec<u8>, s: &str) {
 /// Every row is written with its newline, so a file that does not end with one was cut
 /// inside a row (the recorder killed, the disk full, or still being written): the
 /// second value is then the bytes read, before the cut row.
-pub fn open_reader(path: &Path) -> Result<(csv::Reader<io::Take<File>>, Option<u64>), SinkError> {
+pub fn open_reader(path: &Path) -> Result<OpenCsv, SinkError> {
     let open = |source| SinkError::Open {
         path: PathBuf::from(path),
         source,
@@ -405,10 +405,37 @@ pub fn open_reader(path: &Path) -> Result<(csv::Reader<io::Take<File>>, Option<u
     let mut f = File::open(path).map_err(open)?;
     let whole = last_newline(&mut f).map_err(open)?;
     f.seek(io::SeekFrom::Start(0)).map_err(open)?;
-    let rd = csv::ReaderBuilder::new()
+    let crlf = header_ends_crlf(&mut f).map_err(open)?;
+    f.seek(io::SeekFrom::Start(0)).map_err(open)?;
+    let reader = csv::ReaderBuilder::new()
         .has_headers(true)
         .from_reader(f.take(whole.unwrap_or(u64::MAX)));
-    Ok((rd, whole))
+    Ok(OpenCsv {
+        reader,
+        cut: whole,
+        crlf,
+    })
+}
+
+/// A CSV file opened for reading rows.
+pub struct OpenCsv {
+    pub reader: csv::Reader<io::Take<File>>,
+    /// Cut inside a row: its length up to its last newline.
+    pub cut: Option<u64>,
+    /// Lines end in CRLF (a spreadsheet saved it so): the csv crate then places each
+    /// record on the line before its own (it stops at the `\r` and starts the next
+    /// record at the `\n`), so a line number it gives is one short.
+    pub crlf: bool,
+}
+
+/// Whether the first line of `f` ends in `\r\n`, looked for in its first 64 KiB.
+fn header_ends_crlf(f: &mut File) -> io::Result<bool> {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    f.take(64 * 1024).read_to_end(&mut buf)?;
+    Ok(buf
+        .iter()
+        .position(|&b| b == b'\n')
+        .is_some_and(|i| i > 0 && buf[i - 1] == b'\r'))
 }
 
 /// The length of `f` up to and with its last newline, when it does not end with one

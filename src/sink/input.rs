@@ -9,7 +9,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 enum Source {
-    Csv(csv::Reader<io::Take<File>>, csv::StringRecord),
+    /// The reader, the record read into, and what its line numbers are short by.
+    Csv(csv::Reader<io::Take<File>>, csv::StringRecord, u64),
     Parquet(Box<ParquetRows>),
 }
 
@@ -89,7 +90,11 @@ impl Input {
                 undo: c.undo,
             });
         }
-        let (mut rd, cut) = super::csv::open_reader(path)?;
+        let super::csv::OpenCsv {
+            reader: mut rd,
+            cut,
+            crlf,
+        } = super::csv::open_reader(path)?;
         let header = rd
             .headers()
             .map_err(|source| SinkError::Csv {
@@ -101,7 +106,7 @@ impl Input {
             .collect();
         Ok(Input {
             path: path.to_path_buf(),
-            src: Source::Csv(rd, csv::StringRecord::new()),
+            src: Source::Csv(rd, csv::StringRecord::new(), u64::from(crlf)),
             header,
             project: None,
             raw: Vec::new(),
@@ -134,6 +139,14 @@ impl Input {
     /// for a column the file lacks.
     pub fn recognise(&mut self) -> Result<&'static dyn crate::profile::Profile, SinkError> {
         if self.header.is_empty() {
+            // Read only up to its last newline, a file with none reads as empty: say
+            // what it is instead (a binary file, or one line cut before its end).
+            if self.cut == Some(0) {
+                return Err(SinkError::NoLine {
+                    path: self.path.clone(),
+                    bytes: std::fs::metadata(&self.path).map_or(0, |m| m.len()),
+                });
+            }
             return Err(SinkError::Empty {
                 path: self.path.clone(),
             });
@@ -181,7 +194,7 @@ impl Input {
     fn next_raw(&mut self, cells: &mut Vec<String>) -> Result<Option<u64>, SinkError> {
         match &mut self.src {
             Source::Parquet(p) => p.next_row(cells),
-            Source::Csv(rd, rec) => {
+            Source::Csv(rd, rec, short) => {
                 let more = rd.read_record(rec).map_err(|source| SinkError::Csv {
                     path: self.path.clone(),
                     source,
@@ -195,7 +208,7 @@ impl Input {
                     c.push_str(v);
                 }
                 cells.truncate(rec.len());
-                Ok(Some(rec.position().map_or(0, |p| p.line())))
+                Ok(Some(rec.position().map_or(0, |p| p.line() + *short)))
             }
         }
     }
@@ -212,6 +225,32 @@ impl Input {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A spreadsheet saves CSV with CRLF line ends: a row's line is still its own.
+    #[test]
+    fn rows_are_placed_on_their_own_line_whatever_ends_the_lines() {
+        let dir = std::env::temp_dir().join(format!("ntprof-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, end) in [("lf.csv", "\n"), ("crlf.csv", "\r\n")] {
+            let path = dir.join(name);
+            std::fs::write(&path, ["a,b", "1,2", "3,4"].join(end) + end).unwrap();
+            let mut input = Input::open(&path).unwrap();
+            let mut cells = Vec::new();
+            let mut lines = Vec::new();
+            while let Some(line) = input.next_row(&mut cells).unwrap() {
+                lines.push((line, cells.clone()));
+            }
+            assert_eq!(
+                lines,
+                [
+                    (2, vec!["1".to_string(), "2".into()]),
+                    (3, vec!["3".into(), "4".into()])
+                ],
+                "{name}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn compressors_are_told_by_their_magic() {

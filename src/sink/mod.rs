@@ -47,6 +47,11 @@ pub enum SinkError {
     },
     #[error("{}: empty: not even a header line (a recording writes its header first; a perf.data starts with PERFILE2)", path.display())]
     Empty { path: std::path::PathBuf },
+    #[error("{}: not a recording: no line ends in its {bytes} bytes (a CSV recording is lines of text, a Parquet one starts with PAR1, a perf.data with PERFILE2)", path.display())]
+    NoLine {
+        path: std::path::PathBuf,
+        bytes: u64,
+    },
     #[error("{}: {source}", path.display())]
     NotARecording {
         path: std::path::PathBuf,
