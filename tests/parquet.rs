@@ -122,12 +122,29 @@ fn duckdb_reads_the_same_rows_as_the_csv_of_the_same_run() {
     };
     let (rp, rc) = (rep(&pq), rep(&csv));
     assert_eq!(rp, rc, "report of the Parquet and of the CSV");
+    // A fleet's files rewritten by DuckDB: the CSV as DuckDB types it (timestamps in
+    // µs, signed integers), and the Parquet with narrower and floating columns and two
+    // of its own (one of a type no recording has).
+    let again = tmp("rewritten.parquet");
+    let a = again.display();
+    for select in [
+        format!("select * from read_csv_auto('{c}')"),
+        format!(
+            "select * replace (bytes::INTEGER as bytes, qd::SMALLINT as qd, \
+             d2c_ns::DOUBLE as d2c_ns, start_time::TIMESTAMP_MS as start_time), \
+             true as flag, 'host1' as host from read_parquet('{p}')"
+        ),
+    ] {
+        duckdb(&format!("copy ({select}) to '{a}' (format parquet)"));
+        assert_eq!(rep(&again), rc, "report of DuckDB's `{select}`");
+    }
     assert_eq!(
         table_count(&rp, &[&l.name, "read"], "d2c"),
         Some(200),
         "{rp}"
     );
     let _ = (std::fs::remove_file(csv), std::fs::remove_file(pq));
+    let _ = std::fs::remove_file(again);
 }
 
 #[test]

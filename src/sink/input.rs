@@ -158,6 +158,15 @@ impl Input {
                 source,
             }
         })?;
+        if let Source::Parquet(p) = &mut self.src {
+            let mut used = vec![false; self.header.len()];
+            for &i in r.columns.iter().flatten() {
+                if let Some(u) = used.get_mut(i) {
+                    *u = true;
+                }
+            }
+            p.only(used);
+        }
         self.project = Some(r.columns);
         if let Some(n) = self.cut.take() {
             // Said here, once for every reader (report, merge, plot).

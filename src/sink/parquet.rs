@@ -22,7 +22,11 @@ use arrow_array::builder::{
     Int64Builder, StringDictionaryBuilder, TimestampNanosecondBuilder, UInt64Builder,
 };
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type, TimestampNanosecondType, UInt64Type};
+use arrow_array::types::{
+    Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
+    UInt64Type, UInt8Type,
+};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, SchemaRef, TimeUnit};
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
@@ -557,6 +561,9 @@ pub struct ParquetRows {
     /// Set when the file ended inside a commit (see [`Staged`]) and was read up to the
     /// last whole footer: the length read.
     pub cut: Option<u64>,
+    /// The columns a reader takes, once it has said (see [`ParquetRows::only`]): the
+    /// others are left empty, whatever their type, as a CSV's extra columns are.
+    used: Option<Vec<bool>>,
 }
 
 /// The first `len` bytes of a file, as a Parquet reader's input.
@@ -675,7 +682,14 @@ impl ParquetRows {
             meta,
             what,
             cut,
+            used: None,
         })
+    }
+
+    /// From now on only these columns (by the file's order) are read: a column added
+    /// to the file by another tool (a host name, a flag) is not the reader's concern.
+    pub fn only(&mut self, used: Vec<bool>) {
+        self.used = Some(used);
     }
 
     /// The next row's cells into `cells` (reused); its row number (from 1), or `None`
@@ -704,12 +718,28 @@ impl ParquetRows {
             return Ok(None);
         };
         cells.resize(batch.num_columns(), String::new());
-        for (col, cell) in batch.columns().iter().zip(cells.iter_mut()) {
+        for (j, ((col, cell), field)) in batch
+            .columns()
+            .iter()
+            .zip(cells.iter_mut())
+            .zip(batch.schema_ref().fields())
+            .enumerate()
+        {
             cell.clear();
+            if self
+                .used
+                .as_ref()
+                .is_some_and(|u| !u.get(j).copied().unwrap_or(false))
+            {
+                continue;
+            }
             if let Err(ty) = text(col.as_ref(), self.next, cell) {
                 return Err(SinkError::BadReport {
                     path: self.what.clone().into(),
-                    reason: format!("a column of type {ty} is not one ntprof-perf writes"),
+                    reason: format!(
+                        "column {} is of type {ty}, which ntprof-perf does not read (it reads integers, text and timestamps: what record writes, and what DuckDB, pyarrow or pandas write when they rewrite it); cast it to one of those",
+                        field.name()
+                    ),
                 });
             }
         }
@@ -720,25 +750,59 @@ impl ParquetRows {
 }
 
 /// Cell `i` of a column as the CSV writes it (null → empty). `Err` names a type this
-/// reader does not know.
+/// reader does not know. Beyond the types `record` writes, those a file takes when
+/// another tool rewrites it (DuckDB's `COPY … TO`, pyarrow, pandas): narrower
+/// integers, timestamps in other units, large or view strings, and floats (a column a
+/// spreadsheet round trip made numbers of; a fraction is kept, so that a stage that
+/// must be whole ns is refused by name, not rounded).
 fn text(a: &dyn Array, i: usize, out: &mut String) -> Result<(), DataType> {
     if a.is_null(i) {
         return Ok(());
     }
+    let int = |out: &mut String, v: i64| {
+        if v < 0 {
+            out.push('-');
+        }
+        crate::record::push_u64(out, v.unsigned_abs());
+    };
+    let float = |out: &mut String, v: f64| {
+        if v.fract() == 0.0 && v.abs() < 2f64.powi(63) {
+            int(out, v as i64);
+        } else {
+            out.push_str(&v.to_string());
+        }
+    };
     match a.data_type() {
         DataType::UInt64 => crate::record::push_u64(out, a.as_primitive::<UInt64Type>().value(i)),
-        DataType::Int64 => {
-            let v = a.as_primitive::<Int64Type>().value(i);
-            if v < 0 {
-                out.push('-');
-            }
-            crate::record::push_u64(out, v.unsigned_abs());
-        }
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
-            let v = a.as_primitive::<TimestampNanosecondType>().value(i);
-            out.push_str(&format_utc(v as i128));
+        DataType::UInt32 => int(out, a.as_primitive::<UInt32Type>().value(i).into()),
+        DataType::UInt16 => int(out, a.as_primitive::<UInt16Type>().value(i).into()),
+        DataType::UInt8 => int(out, a.as_primitive::<UInt8Type>().value(i).into()),
+        DataType::Int64 => int(out, a.as_primitive::<Int64Type>().value(i)),
+        DataType::Int32 => int(out, a.as_primitive::<Int32Type>().value(i).into()),
+        DataType::Int16 => int(out, a.as_primitive::<Int16Type>().value(i).into()),
+        DataType::Int8 => int(out, a.as_primitive::<Int8Type>().value(i).into()),
+        DataType::Float64 => float(out, a.as_primitive::<Float64Type>().value(i)),
+        DataType::Float32 => float(out, a.as_primitive::<Float32Type>().value(i).into()),
+        DataType::Timestamp(unit, _) => {
+            let (v, ns) = match unit {
+                TimeUnit::Nanosecond => (a.as_primitive::<TimestampNanosecondType>().value(i), 1),
+                TimeUnit::Microsecond => {
+                    (a.as_primitive::<TimestampMicrosecondType>().value(i), 1_000)
+                }
+                TimeUnit::Millisecond => (
+                    a.as_primitive::<TimestampMillisecondType>().value(i),
+                    1_000_000,
+                ),
+                TimeUnit::Second => (
+                    a.as_primitive::<TimestampSecondType>().value(i),
+                    1_000_000_000,
+                ),
+            };
+            out.push_str(&format_utc(i128::from(v) * ns));
         }
         DataType::Utf8 => out.push_str(a.as_string::<i32>().value(i)),
+        DataType::LargeUtf8 => out.push_str(a.as_string::<i64>().value(i)),
+        DataType::Utf8View => out.push_str(a.as_string_view().value(i)),
         DataType::Dictionary(k, v) if **k == DataType::Int32 && **v == DataType::Utf8 => {
             let d = a.as_dictionary::<Int32Type>();
             let key = d.keys().value(i);
@@ -759,6 +823,40 @@ mod tests {
     use crate::profile::shared::block_events::Op;
     use crate::profile::{block::record::BlockRecord, shared::device_io::DeviceIo};
     use crate::record::Status;
+
+    /// Cells of the types other tools give a rewritten recording read as `record`
+    /// writes them; a fraction stays, for the stage's parser to refuse by name.
+    #[test]
+    fn cells_of_rewritten_files_read_as_record_writes_them() {
+        use arrow_array::{
+            Float64Array, Int16Array, LargeStringArray, StringViewArray, TimestampMicrosecondArray,
+            TimestampSecondArray, UInt32Array,
+        };
+        let cell = |a: &dyn Array, i: usize| {
+            let mut s = String::new();
+            text(a, i, &mut s).map(|()| s)
+        };
+        let us = TimestampMicrosecondArray::from(vec![1_764_471_633_828_960]);
+        assert_eq!(cell(&us, 0).unwrap(), format_utc(1_764_471_633_828_960_000));
+        let s = TimestampSecondArray::from(vec![1_764_471_633]);
+        assert_eq!(cell(&s, 0).unwrap(), format_utc(1_764_471_633_000_000_000));
+        let f = Float64Array::from(vec![Some(179_297.0), Some(1.5), None]);
+        assert_eq!(cell(&f, 0).unwrap(), "179297");
+        assert_eq!(cell(&f, 1).unwrap(), "1.5");
+        assert_eq!(cell(&f, 2).unwrap(), "");
+        assert_eq!(cell(&Int16Array::from(vec![-4]), 0).unwrap(), "-4");
+        assert_eq!(cell(&UInt32Array::from(vec![4096]), 0).unwrap(), "4096");
+        assert_eq!(
+            cell(&LargeStringArray::from(vec!["loop1"]), 0).unwrap(),
+            "loop1"
+        );
+        assert_eq!(
+            cell(&StringViewArray::from(vec!["read"]), 0).unwrap(),
+            "read"
+        );
+        let b = arrow_array::BooleanArray::from(vec![true]);
+        assert_eq!(cell(&b, 0), Err(DataType::Boolean));
+    }
 
     fn row(i: u64) -> BlockRecord {
         BlockRecord {
