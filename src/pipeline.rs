@@ -8,7 +8,7 @@
 use crate::correlate::{Correlator, Gap};
 use crate::decode::{Decoder, Event, Layout, Malformed};
 use crate::order::Sorter;
-use crate::perf::ledger::Ledger;
+use crate::perf::ledger::{Ledger, Missing};
 use crate::perf::{PerfGroup, Record};
 use crate::rate::RateControl;
 use crate::record::IoRecord;
@@ -497,6 +497,12 @@ struct Counting {
     every: Duration,
     /// Samples received beyond the final counts (see `Health::uncounted`).
     uncounted: u64,
+    /// Where each drop is written as it is reported (`NTPROF_GAP_LOG`), with the hold in
+    /// force until then: a drop dated before it was reported after events that
+    /// followed it went out. For searching a flake; the run's totals are in its exit line.
+    gap_log: Option<std::fs::File>,
+    /// Events from this time on were held back when the last drop was reported.
+    held: Option<u64>,
 }
 
 impl Counting {
@@ -512,6 +518,29 @@ impl Counting {
             // Each read of another CPU's counts interrupts it: on a large host, or with
             // events read one by one (--max-rate), the snapshots are spaced out.
             every: Duration::from_millis(5).max(Duration::from_micros(50) * reads as u32),
+            gap_log: std::env::var_os("NTPROF_GAP_LOG").and_then(|p| std::fs::File::create(p).ok()),
+            held: None,
+        }
+    }
+
+    /// Tell the pipeline of samples that went missing (and the log, if one is kept).
+    fn report(&mut self, missing: &[Missing], exact: bool, pipe: &mut dyn Stages) {
+        for m in missing {
+            if let Some(log) = &mut self.gap_log {
+                use std::io::Write;
+                let held = self.held.map_or("none".to_string(), |h| h.to_string());
+                let _ = writeln!(
+                    log,
+                    "{} cpu {} n {} after {} before {} held_from {held}{}",
+                    self.names.get(m.event).map_or("?", String::as_str),
+                    m.cpu,
+                    m.n,
+                    m.after,
+                    m.before,
+                    if exact { " final" } else { "" }
+                );
+            }
+            pipe.on_missing(&m.gap(&self.names));
         }
     }
 
@@ -533,11 +562,10 @@ impl Counting {
     fn after_drain(&mut self, group: &mut PerfGroup, pipe: &mut dyn Stages) {
         if let Some(tallies) = group.settle() {
             let (missing, confirmed) = self.ledger.update(&tallies, false);
-            for m in missing {
-                pipe.on_missing(&m.gap(&self.names));
-            }
+            self.report(&missing, false, pipe);
             if let Some(t) = confirmed {
                 pipe.hold_until(Some(t));
+                self.held = Some(t);
             }
         }
         self.pending = None;
@@ -582,9 +610,8 @@ impl Counting {
                 || waited >= FINAL_WAIT
                 || (quiet >= 3 && waited >= Duration::from_millis(20))
             {
-                for m in self.ledger.update(&tallies, true).0 {
-                    pipe.on_missing(&m.gap(&self.names));
-                }
+                let missing = self.ledger.update(&tallies, true).0;
+                self.report(&missing, true, pipe);
                 // The counts are final: more arrived than counted is as much a fault
                 // of the stream as fewer, and is said.
                 self.uncounted = tallies
