@@ -2589,6 +2589,24 @@ mod tests {
         assert_eq!(c.incomplete, 0, "{r:?}");
     }
 
+    /// Reads queued 100 ns and served in 10 µs, one every 200 µs up to 0.9 ms, over 64
+    /// places: the device's yardsticks.
+    fn reads_queued_100ns() -> Vec<Ev> {
+        use BlockKind::*;
+        let mut evs: Vec<Ev> = (0..4500u64)
+            .flat_map(|i| {
+                let (t, sector) = (i * 200, 1000 + (i % 64) * 8);
+                [
+                    ev(t, Insert, sector, 8, Op::Read),
+                    ev(t + 100, Issue, sector, 8, Op::Read),
+                    ev(t + 10_100, Complete, sector, 8, Op::Read),
+                ]
+            })
+            .collect();
+        evs.sort_by_key(|e| e.time);
+        evs
+    }
+
     /// What soak run 2 of stop 65 (beside `serve`) left behind: a read inserted at a
     /// place that lost its issue, its completion come while it still waited there; 81
     /// ms later a read inserted and issued there had its issue given to the first (an
@@ -2601,19 +2619,7 @@ mod tests {
     #[test]
     fn a_completion_whose_issue_went_missing_takes_the_request_waiting_at_its_place() {
         use BlockKind::*;
-        // Reads queued 100 ns and served in 10 µs, one every 200 µs up to 0.9 ms: the
-        // device's yardsticks.
-        let mut evs: Vec<Ev> = (0..4500u64)
-            .flat_map(|i| {
-                let (t, sector) = (i * 200, 1000 + (i % 64) * 8);
-                [
-                    ev(t, Insert, sector, 8, Op::Read),
-                    ev(t + 100, Issue, sector, 8, Op::Read),
-                    ev(t + 10_100, Complete, sector, 8, Op::Read),
-                ]
-            })
-            .collect();
-        evs.sort_by_key(|e| e.time);
+        let mut evs = reads_queued_100ns();
         let base = evs.len();
         evs.extend([
             ev(1_000_000, Insert, 8, 8, Op::Read),
@@ -2657,17 +2663,7 @@ mod tests {
     #[test]
     fn a_request_only_slow_to_be_dispatched_does_not_take_a_missing_issue() {
         use BlockKind::*;
-        let mut evs: Vec<Ev> = (0..4500u64)
-            .flat_map(|i| {
-                let (t, sector) = (i * 200, 1000 + (i % 64) * 8);
-                [
-                    ev(t, Insert, sector, 8, Op::Read),
-                    ev(t + 100, Issue, sector, 8, Op::Read),
-                    ev(t + 10_100, Complete, sector, 8, Op::Read),
-                ]
-            })
-            .collect();
-        evs.sort_by_key(|e| e.time);
+        let mut evs = reads_queued_100ns();
         let base = evs.len();
         evs.extend([
             // Slow to be dispatched, alone at its place.
