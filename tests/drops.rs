@@ -122,9 +122,10 @@ struct Dropper {
     /// Drops left in the current burst, and its CPU.
     left: (u32, u32),
     names: HashMap<u16, String>,
-    /// The latest round's start, and the one before: the pipeline has correlated
-    /// nothing newer than that (see `order`).
+    /// The latest round's start.
     round: u64,
+    /// The round's start before it: the pipeline has correlated nothing newer (see
+    /// `order`).
     released: u64,
     taken: Vec<Taken>,
 }
@@ -149,8 +150,8 @@ impl Stages for Dropper {
         let event = id.and_then(|i| self.names.get(&i)).cloned();
         if let Some(event) = event.filter(|_| self.drop_this(cpu)) {
             // As the ledger reports it: after the last moment the counts were clean
-            // and by the count read that showed it, tens of ms apart live (26-86 ms in
-            // a run beside `serve`), and before any later event reaches the
+            // and by the count read that showed it, tens of ms apart live (23-160 ms in
+            // runs beside `serve`), and before any later event reaches the
             // correlator. Here: up to 40 ms either side, never before what the
             // pipeline may have correlated (the round before the latest: see
             // `order`). Drops dated only to the last sample of their CPU hid a
@@ -361,14 +362,16 @@ fn trials(test: &str, profile: &str, take: fn() -> Option<std::path::PathBuf>) -
         env_u64("NTPROF_DROPS_SEED", 1),
     );
     let verbose = std::env::var("NTPROF_DROPS_VERBOSE").ok();
+    // A search for what a lone drop does in a long capture.
+    let fixed_p: Option<f64> = (std::env::var("NTPROF_DROPS_P").ok())
+        .map(|v| v.parse().expect("NTPROF_DROPS_P: a number"));
     let mut broke = Vec::new();
     for trial in 0..n {
         let seed = seed0.wrapping_add(trial);
         let mut rng = fastrand::Rng::with_seed(seed);
         // Mostly a few drops in a run, as the kernel makes them; now and then many.
         let p = [2e-5, 1e-4, 3e-4, 1e-3][rng.usize(0..4)];
-        // A search for what a lone drop does in a long capture.
-        let p = std::env::var("NTPROF_DROPS_P").map_or(p, |v| v.parse().expect("a number"));
+        let p = fixed_p.unwrap_or(p);
         let burst = rng.u32(1..12);
         let (rows, h, taken) = replay(&file, profile, seed, p, burst);
         t.drops += taken.len() as u64;
@@ -437,8 +440,8 @@ fn samples_taken_out_of_a_whole_capture_leave_no_row_incomplete() {
     // those after it), 0 to 16 completions unmatched, 0 or 1 row too many. With each
     // drop dated to a window tens of ms wide, as the ledger does live (2026-11-30, 15
     // fresh captures): 28 to 1,472 wrong rows, 0 to 51 completions unmatched (why so
-    // many more, not yet looked into), 0 to 7 rows too many. The cascades fixed were 5.5 wrong rows per sample; the bounds leave
-    // room for the spread of captures.
+    // many more, not yet looked into), 0 to 7 rows too many. The cascades fixed were
+    // 5.5 wrong rows per sample; the bounds leave room for the spread of captures.
     let Trials {
         drops,
         wrong_rows,
