@@ -381,9 +381,10 @@ fn trials(test: &str, profile: &str, take: fn() -> Option<std::path::PathBuf>) -
             .map(|t| (t.time, t.cpu, &t.event))
             .collect();
         let rows_n = rows.ok.len() + rows.dropped.len() + rows.incomplete.len();
-        if verbose.is_some() && (!wrong.is_empty() || rows_n as u64 > t.ios) {
+        let unmatched = h.counters.unmatched;
+        if verbose.is_some() && (!wrong.is_empty() || rows_n as u64 > t.ios || unmatched > 0) {
             eprintln!(
-                "seed {seed} (p {p}, bursts to {burst}): {} ok rows not the whole replay's, first {:?}; {} rows beyond the I/Os; taken out: {first:?}",
+                "seed {seed} (p {p}, bursts to {burst}): {} ok rows not the whole replay's, first {:?}; {} rows beyond the I/Os; {unmatched} completions unmatched; taken out: {first:?}",
                 wrong.len(),
                 wrong.first(),
                 (rows_n as u64).saturating_sub(t.ios),
@@ -400,7 +401,7 @@ fn trials(test: &str, profile: &str, take: fn() -> Option<std::path::PathBuf>) -
                 }
             }
         }
-        t.unmatched += h.counters.unmatched;
+        t.unmatched += unmatched;
         t.extra += (rows_n as u64).saturating_sub(t.ios);
         if !rows.incomplete.is_empty() {
             broke.push(format!(
@@ -439,9 +440,13 @@ fn samples_taken_out_of_a_whole_capture_leave_no_row_incomplete() {
     // request elsewhere is in flight, a completion missing at sector 0 still shifts
     // those after it), 0 to 16 completions unmatched, 0 or 1 row too many. With each
     // drop dated to a window tens of ms wide, as the ledger does live (2026-11-30, 15
-    // fresh captures): 28 to 1,472 wrong rows, 0 to 51 completions unmatched (why so
-    // many more, not yet looked into), 0 to 7 rows too many. The cascades fixed were
-    // 5.5 wrong rows per sample; the bounds leave room for the spread of captures.
+    // fresh captures): 28 to 1,472 wrong rows, 0 to 51 completions unmatched, 0 to 7
+    // rows too many. Most of those unmatched were a completion whose missing issue a
+    // suspect's own late completion had taken, or that had met the wrong suspect or a
+    // smaller request at its place; since those were mended (stop 67), 1,000 trials on
+    // each of four captures left none, against 0, 16, 36 and 162 before. The cascades
+    // fixed were 5.5 wrong rows per sample; the bounds leave room for the spread of
+    // captures.
     let Trials {
         drops,
         wrong_rows,
@@ -454,7 +459,7 @@ fn samples_taken_out_of_a_whole_capture_leave_no_row_incomplete() {
         "{wrong_rows} ok rows not the whole replay's for {drops} samples taken out"
     );
     assert!(
-        unmatched * 10 <= drops,
+        unmatched * 20 <= drops,
         "{unmatched} completions unmatched for {drops} samples taken out"
     );
     assert!(
