@@ -356,8 +356,9 @@ pub struct BlockCorrelator {
 const MANY_INSERTS_MISSING: u64 = 64;
 
 /// Requests cut for a lost issue whose completion is still looked for, at most: under
-/// sustained overflow most never see it (they lost it too).
-const ISSUE_CUT_KEPT: usize = 4096;
+/// sustained overflow most never see it (they lost it too), and each completion with
+/// no issue looks through them.
+const ISSUE_CUT_KEPT: usize = 256;
 
 impl BlockCorrelator {
     pub fn new(cfg: BlockConfig) -> BlockCorrelator {
