@@ -247,6 +247,26 @@ impl Unaccounted {
     fn total(&self) -> u64 {
         self.complete.total() + self.issue.total() + self.insert + self.requeue + self.other
     }
+
+    /// Ages out the inserts reported missing more than [`SUSPECT_HOLD_NS`] before `t`.
+    fn age_inserts(&mut self, t: u64) {
+        let old = |&(before, _): &(u64, u64)| t.saturating_sub(before) > SUSPECT_HOLD_NS;
+        while self.inserts_lately.front().is_some_and(old) {
+            self.inserts_lately.pop_front();
+        }
+    }
+
+    /// `n` inserts reported missing by `before`.
+    fn insert_lately(&mut self, before: u64, n: u64) {
+        self.age_inserts(before);
+        self.inserts_lately.push_back((before, n));
+    }
+
+    /// Inserts reported missing within [`SUSPECT_HOLD_NS`] of event time `t`.
+    fn inserts_lately(&mut self, t: u64) -> u64 {
+        self.age_inserts(t);
+        self.inserts_lately.iter().map(|&(_, n)| n).sum()
+    }
 }
 
 /// A request taken for one that lost its completion (see [`BlockCorrelator::suspects`]).
@@ -477,7 +497,7 @@ impl BlockCorrelator {
         // 162 in 1,000 trials of one capture, 0 since). Without the first, 1,261 `ok`
         // rows of `tests/overflow.rs` (mq-deadline) were slower than fio's slowest.
         let later_io = !self.seen(key.0).is_some_and(|d| d.scheduled)
-            || self.inserts_missing_lately(t) >= MANY_INSERTS_MISSING
+            || self.missing.inserts_lately(t) >= MANY_INSERTS_MISSING
             || (self.pending).any(&key, |p| {
                 p.issue.is_none() && p.insert.is_some_and(|q| q > issue)
             });
@@ -1188,18 +1208,6 @@ impl BlockCorrelator {
         true
     }
 
-    /// Inserts reported missing within [`SUSPECT_HOLD_NS`] of event time `t`.
-    fn inserts_missing_lately(&mut self, t: u64) -> u64 {
-        let lately = &mut self.missing.inserts_lately;
-        while lately
-            .front()
-            .is_some_and(|&(before, _)| t.saturating_sub(before) > SUSPECT_HOLD_NS)
-        {
-            lately.pop_front();
-        }
-        lately.iter().map(|&(_, n)| n).sum()
-    }
-
     /// The q2d of the device's inserts paired while no issue was missing (0: none yet).
     fn yardstick_queued(&self, dev: u32) -> u64 {
         self.seen(dev).map_or(0, |d| d.queued.value())
@@ -1413,7 +1421,8 @@ impl Correlator for BlockCorrelator {
             }
             Some("block_rq_insert") => {
                 m.insert += gap.n;
-                m.inserts_lately.push_back((gap.before, gap.n));
+                // Aged here too: a run may report them for hours with no suspect to look.
+                m.insert_lately(gap.before, gap.n);
             }
             Some("block_rq_requeue") => m.requeue += gap.n,
             _ => m.other += gap.n,
