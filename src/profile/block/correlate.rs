@@ -489,19 +489,7 @@ impl BlockCorrelator {
         };
         let s = &self.suspects[i];
         let (issue, long) = (s.p.issue.unwrap_or(0), long(s));
-        // Through a scheduler, the later I/O's insert waits there, or it went missing
-        // too, which under sustained overflow is likely and with a few inserts
-        // missing is not: then the suspect is the likelier owner, only slow, and the
-        // missing issue taken was of an I/O elsewhere that lost its insert too, whose
-        // completion found none left, `unmatched` (most of those in the drops test:
-        // 162 in 1,000 trials of one capture, 0 since). Without the first, 1,261 `ok`
-        // rows of `tests/overflow.rs` (mq-deadline) were slower than fio's slowest.
-        let later_io = !self.seen(key.0).is_some_and(|d| d.scheduled)
-            || self.missing.inserts_lately(t) >= MANY_INSERTS_MISSING
-            || (self.pending).any(&key, |p| {
-                p.issue.is_none() && p.insert.is_some_and(|q| q > issue)
-            });
-        if long && later_io {
+        if long && self.later_io_can_be_at(key, issue, t) {
             let later = |w: &Window| w.after < t && w.before > issue;
             if self.missing.issue.take(later).is_some() {
                 return Cleared::Withheld { issue_found: true };
@@ -1206,6 +1194,22 @@ impl BlockCorrelator {
         }
         self.missing.requeue -= 1;
         true
+    }
+
+    /// Whether a later I/O than one issued at `issue` can be at `key` with its issue
+    /// missing, at `t`. Through a scheduler, its insert waits there, or it went missing
+    /// too, which under sustained overflow is likely and with a few inserts missing is
+    /// not: then a suspect there is the likelier owner of a completion, only slow, and
+    /// the missing issue taken was of an I/O elsewhere that lost its insert too, whose
+    /// completion found none left, `unmatched` (most of those in the drops test: 162 in
+    /// 1,000 trials of one capture, 0 since). Without the second, 1,261 `ok` rows of
+    /// `tests/overflow.rs` (mq-deadline) were slower than fio's slowest.
+    fn later_io_can_be_at(&mut self, key: Key, issue: u64, t: u64) -> bool {
+        !self.seen(key.0).is_some_and(|d| d.scheduled)
+            || self.missing.inserts_lately(t) >= MANY_INSERTS_MISSING
+            || (self.pending).any(&key, |p| {
+                p.issue.is_none() && p.insert.is_some_and(|q| q > issue)
+            })
     }
 
     /// The q2d of the device's inserts paired while no issue was missing (0: none yet).
