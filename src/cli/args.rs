@@ -544,4 +544,27 @@ mod tests {
         let devs: Vec<&String> = sub.get_many::<String>("device").unwrap().collect();
         assert_eq!(devs, ["loop0"]);
     }
+
+    /// `-d a,b` and `-d a -d b` name the same devices.
+    #[test]
+    fn devices_by_list_or_repeated() {
+        let devs = |args: &[&str]| -> Vec<String> {
+            let m = command().try_get_matches_from(args).unwrap();
+            let (_, sub) = m.subcommand().unwrap();
+            sub.get_many::<String>("device").unwrap().cloned().collect()
+        };
+        let listed = devs(&["ntprof-perf", "stat", "-d", "loop0,/dev/loop1", "-d", "7:2"]);
+        assert_eq!(listed, ["loop0", "/dev/loop1", "7:2"]);
+        let repeated = devs(&[
+            "ntprof-perf",
+            "stat",
+            "-d",
+            "loop0",
+            "-d",
+            "/dev/loop1",
+            "-d",
+            "7:2",
+        ]);
+        assert_eq!(listed, repeated);
+    }
 }

@@ -15,7 +15,9 @@ pub fn device_arg() -> clap::Arg {
         .long("device")
         .value_name("DEV")
         .action(clap::ArgAction::Append)
-        .help("block, bio: only this block device: a name (nvme0n1), a path (/dev/loop0) or major:minor. Repeat for several. Applied in the kernel with a tracepoint filter. Default: all")
+        // `-d loop0,loop1` as iostat and perf take lists: a device name never has a comma.
+        .value_delimiter(',')
+        .help("block, bio: only this block device: a name (nvme0n1), a path (/dev/loop0) or major:minor. Several: repeat it or separate them with commas (-d loop0,loop1). Applied in the kernel with a tracepoint filter. Default: all")
 }
 
 /// The flags of the profiles that follow block devices (block, bio): `--device` and
