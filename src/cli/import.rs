@@ -130,6 +130,13 @@ fn report_end(what: &str, cap_clock: &str, replayed: &Replayed, profile: &str, r
             "ntprof-perf: warning: the capture lost {} samples because perf's rings were full (LOST records); record again with a larger `perf record -m` (pages per CPU) or `-r` (real-time priority)",
             health.lost
         );
+        // A LOST record does not say of which events: the I/Os seen in part are each
+        // `dropped` or a completion unmatched; those it took whole are only estimated.
+        eprintln!(
+            "ntprof-perf: the lost samples cost {} I/Os seen in part (rows `dropped`, or a completion unmatched) and ≈{} I/Os whose every event was lost",
+            health.lost_ios,
+            health.whole_ios_lost()
+        );
     }
     if health.duplicates > 0 {
         eprintln!(

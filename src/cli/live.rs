@@ -605,7 +605,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             ),
             _ => format!(
                 "≈{} I/Os whose every event was missing",
-                whole_ios_lost(&health)
+                health.whole_ios_lost()
             ),
         };
         eprintln!(
@@ -637,23 +637,6 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         }
     };
     Ok(code)
-}
-
-/// I/Os none of whose events reached the rings, estimated from the lost samples left
-/// after those of the I/Os seen in part, at the samples per I/O of the complete ones:
-/// for a profile with no count of the I/Os begun ([`Health::ios_unseen`]). It takes
-/// each I/O seen in part to have lost one sample, so with more than two samples per I/O
-/// it overstates.
-fn whole_ios_lost(h: &Health) -> u64 {
-    let complete = h
-        .records
-        .saturating_sub(h.counters.incomplete + h.counters.cut);
-    let seen = h.samples.saturating_sub(h.lost_ios);
-    if complete == 0 || seen == 0 {
-        return 0;
-    }
-    let rest = h.missing().saturating_sub(h.lost_ios);
-    (rest as f64 * complete as f64 / seen as f64).round() as u64
 }
 
 /// Whether a run stopped because its output's reader closed the pipe.

@@ -81,12 +81,32 @@ pub struct Starts {
 
 /// `n` samples of `event` (`system:name`) that the kernel counted and never wrote (or
 /// lost to a full ring), all stamped after `after` and no later than `before`.
+///
+/// `event` is empty when which events they were is not known: a LOST record of a
+/// capture says how many samples one ring lost, not of which events. Any of them can
+/// then be any event of the run, and a correlator takes the gap for up to `n` of each
+/// that it pairs by ([`Gap::may_be`]): taken for none, a request that lost its issue
+/// and completion in a capture's LOST window was paired with the issue of a later I/O
+/// at its sector, an `ok` row queued for seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gap<'a> {
     pub event: &'a str,
     pub n: u64,
     pub after: u64,
     pub before: u64,
+}
+
+impl Gap<'_> {
+    /// Whether the samples can be of event `name` (without its system): they are, or
+    /// which they are is not known.
+    pub fn may_be(&self, name: &str) -> bool {
+        self.unknown() || self.event.rsplit(':').next() == Some(name)
+    }
+
+    /// Which events the samples were is not known.
+    pub fn unknown(&self) -> bool {
+        self.event.is_empty()
+    }
 }
 
 /// FxHash: the in-flight maps are keyed by small integers from the kernel; SipHash's

@@ -185,6 +185,21 @@ impl Health {
         self.lost + self.dropped
     }
 
+    /// I/Os none of whose events reached the rings, estimated from the lost samples left
+    /// after those of the I/Os seen in part, at the samples per I/O of the complete ones:
+    /// for a profile with no count of the I/Os begun ([`Health::ios_unseen`]), and a
+    /// capture. It takes each I/O seen in part to have lost one sample, so with more
+    /// than two samples per I/O it overstates.
+    pub fn whole_ios_lost(&self) -> u64 {
+        let complete = (self.records).saturating_sub(self.counters.incomplete + self.counters.cut);
+        let seen = self.samples.saturating_sub(self.lost_ios);
+        if complete == 0 || seen == 0 {
+            return 0;
+        }
+        let rest = self.missing().saturating_sub(self.lost_ios);
+        (rest as f64 * complete as f64 / seen as f64).round() as u64
+    }
+
     /// I/Os that began while tracing by the kernel's count ([`Starts`]) and are in
     /// no record nor among the unmatched completions: none of their samples arrived,
     /// or only some between their first and their last. `None` when the profile has

@@ -710,7 +710,8 @@ fn the_completion_of_a_flush_carrier_pairs_with_no_command() {
 }
 
 /// Sustained ring overflow (see `overflow_sim`), with and without the block completions
-/// that check a completion's cid: no command takes a later one's completion.
+/// that check a completion's cid: no command takes a later one's completion. Also with
+/// the losses told as a capture's LOST records tell them, of events not known.
 #[test]
 fn under_sustained_loss_no_command_takes_a_later_ones_completion() {
     use crate::profile::shared::overflow_sim::{closed_loop, overflow, Kind, Sample};
@@ -734,11 +735,16 @@ fn under_sustained_loss_no_command_takes_a_later_ones_completion() {
             ),
             Kind::Done => done_raw(&f.done, 0, m.qid, m.cid, 0, b"nvme0n1"),
             Kind::BlockDone => rq_done_raw(&f.complete, m.slba, 8),
-            Kind::Mid(_) => unreachable!("no such sample here"),
+            Kind::Mid(_) | Kind::Any => unreachable!("no such sample here"),
         }
     };
-    for block in [false, true] {
+    for (block, lost_records) in [(false, false), (true, false), (false, true), (true, true)] {
         let sim = overflow(&cmds, block);
+        let sim = if lost_records {
+            sim.as_lost_records()
+        } else {
+            sim
+        };
         let mut cfg = config(512);
         if !block {
             cfg.disk_devs.clear();

@@ -748,20 +748,22 @@ impl Correlator for TcpCorrelator {
     }
 
     /// The ends of I/Os are kept (see "Lost samples"); other missing samples are left
-    /// to the pipeline, which marks as many given-up rows `dropped`.
+    /// to the pipeline, which marks as many given-up rows `dropped`. Samples of events
+    /// not known ([`Gap::unknown`]) can be ends of either side and others too: kept as
+    /// ends and left to the pipeline as well.
     fn on_missing(&mut self, gap: &Gap<'_>) -> bool {
-        let name = gap.event.rsplit(':').next().unwrap_or("");
-        let host_end =
-            name == "nvme_tcp_process_nvme_cqe" || (name == "nvme_tcp_recv_data" && self.c2h_ends);
+        let host_end = gap.may_be("nvme_tcp_process_nvme_cqe")
+            || (self.c2h_ends && gap.may_be("nvme_tcp_recv_data"));
+        let mut kept = false;
         if host_end && self.cfg.side.host() {
             self.host_ends.add(gap);
-            return true;
+            kept = true;
         }
-        if name == "nvmet_tcp_try_send_response" && self.cfg.side.target() {
+        if gap.may_be("nvmet_tcp_try_send_response") && self.cfg.side.target() {
             self.tgt_ends.add(gap);
-            return true;
+            kept = true;
         }
-        false
+        kept && !gap.unknown()
     }
 
     fn unmatched_at(&self, t: u64) -> u64 {

@@ -99,21 +99,24 @@ fn under_sustained_loss_no_host_io_takes_a_later_ones_events() {
             }
         };
         let sim = overflow_of(&cmds, &marks);
-        let mut c = TcpCorrelator::new(TcpConfig {
-            side: Side::Host,
-            block,
-            ..Default::default()
-        });
-        let rows = sim.replay(&mut c, &names, &r.decoder, raw, |rec: &TcpRecord| {
-            let h = rec.host.expect("a host part");
-            // To the completion queue entry: from the bio (block) or queue_rq.
-            let took = h.total.map(|t| t - h.blk_completion.unwrap_or(0));
-            let took = took.map(|t| t + if block { 0 } else { 500 });
-            (h.start_ns - if block { 0 } else { 500 }, rec.status(), took)
-        });
-        let counters = crate::correlate::Correlator::counters(&c);
-        sim.check(&cmds, &rows, counters.cut);
-        assert_eq!(counters.incomplete, 0, "block completions: {block}");
+        // Told per event, and as a capture's LOST records tell them.
+        for sim in [&sim, &sim.as_lost_records()] {
+            let mut c = TcpCorrelator::new(TcpConfig {
+                side: Side::Host,
+                block,
+                ..Default::default()
+            });
+            let rows = sim.replay(&mut c, &names, &r.decoder, raw, |rec: &TcpRecord| {
+                let h = rec.host.expect("a host part");
+                // To the completion queue entry: from the bio (block) or queue_rq.
+                let took = h.total.map(|t| t - h.blk_completion.unwrap_or(0));
+                let took = took.map(|t| t + if block { 0 } else { 500 });
+                (h.start_ns - if block { 0 } else { 500 }, rec.status(), took)
+            });
+            let counters = crate::correlate::Correlator::counters(&c);
+            sim.check(&cmds, &rows, counters.cut);
+            assert_eq!(counters.incomplete, 0, "block completions: {block}");
+        }
     }
 }
 
@@ -149,17 +152,20 @@ fn under_sustained_loss_no_target_io_takes_a_later_ones_events() {
         }
     };
     let sim = overflow_of(&cmds, &marks);
-    let mut c = TcpCorrelator::new(TcpConfig {
-        side: Side::Target,
-        block: false,
-        ..Default::default()
-    });
-    let rows = sim.replay(&mut c, &names, &r.decoder, raw, |rec: &TcpRecord| {
-        let t = rec.target.expect("a target part");
-        (t.recv_ns, rec.status(), t.total)
-    });
-    let counters = crate::correlate::Correlator::counters(&c);
-    sim.check(&cmds, &rows, counters.cut);
+    // Told per event, and as a capture's LOST records tell them.
+    for sim in [&sim, &sim.as_lost_records()] {
+        let mut c = TcpCorrelator::new(TcpConfig {
+            side: Side::Target,
+            block: false,
+            ..Default::default()
+        });
+        let rows = sim.replay(&mut c, &names, &r.decoder, raw, |rec: &TcpRecord| {
+            let t = rec.target.expect("a target part");
+            (t.recv_ns, rec.status(), t.total)
+        });
+        let counters = crate::correlate::Correlator::counters(&c);
+        sim.check(&cmds, &rows, counters.cut);
+    }
 }
 
 /// A host command whose completion went missing is over once its blk-mq tag serves a

@@ -345,7 +345,6 @@ mod tests {
             (Kind::Setup, "nvmet:nvmet_req_init"),
             (Kind::Done, "nvmet:nvmet_req_complete"),
         ];
-        let mut c = NvmetCorrelator::new(cfg());
         let raw = |s: &crate::profile::shared::overflow_sim::Sample| {
             let m = &cmds[s.cmd];
             match s.kind {
@@ -353,10 +352,14 @@ mod tests {
                 _ => done(&f, 1, m.qid, m.cid, 0),
             }
         };
-        let rows = sim.replay(&mut c, &names, &f.decoder, raw, |r: &NvmetRecord| {
-            (r.core.submit_ns, r.status(), r.core.cmd_ns)
-        });
-        sim.check(&cmds, &rows, c.counters().cut);
-        assert_eq!(c.counters().incomplete, 0);
+        // Told per event, and as a capture's LOST records tell them.
+        for sim in [&sim, &sim.as_lost_records()] {
+            let mut c = NvmetCorrelator::new(cfg());
+            let rows = sim.replay(&mut c, &names, &f.decoder, raw, |r: &NvmetRecord| {
+                (r.core.submit_ns, r.status(), r.core.cmd_ns)
+            });
+            sim.check(&cmds, &rows, c.counters().cut);
+            assert_eq!(c.counters().incomplete, 0);
+        }
     }
 }

@@ -260,7 +260,7 @@ impl CmdTracker {
     /// `nvmet_req_complete`). Only completions are kept: a missing setup leaves its
     /// completion `unmatched`.
     pub(crate) fn on_missing(&mut self, gap: &Gap<'_>, done: &str) {
-        if gap.event.rsplit(':').next() == Some(done) {
+        if gap.may_be(done) {
             self.ends.add(gap);
         }
     }

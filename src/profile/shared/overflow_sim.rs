@@ -35,6 +35,9 @@ pub(crate) enum Kind {
     Done,
     /// `block_rq_complete`, just after the driver's completion on its CPU.
     BlockDone,
+    /// Samples of events not known, as a capture's LOST record counts them (see
+    /// [`Overflow::as_lost_records`]); never a sample's own kind.
+    Any,
 }
 
 /// When a command's sample is stamped: ns after its submit, or from its end (its
@@ -174,6 +177,29 @@ pub(crate) fn overflow_of(cmds: &[Cmd], marks: &[(Kind, At)]) -> Overflow {
         })
         .collect();
     Overflow { kept, gone }
+}
+
+impl Overflow {
+    /// The same samples with each window's gaps told as one of events not known, as
+    /// perf's LOST records in a capture count them: how many, not of which events.
+    pub(crate) fn as_lost_records(&self) -> Overflow {
+        let kept = (self.kept.iter())
+            .map(|(gaps, s)| {
+                let mut any: Vec<Missing> = Vec::new();
+                for &(_, n, after, before) in gaps {
+                    match any.iter_mut().find(|g| (g.2, g.3) == (after, before)) {
+                        Some(g) => g.1 += n,
+                        None => any.push((Kind::Any, n, after, before)),
+                    }
+                }
+                (any, *s)
+            })
+            .collect();
+        Overflow {
+            kept,
+            gone: self.gone.clone(),
+        }
+    }
 }
 
 /// A row as [`Overflow::check`] reads it: submit, status, command time.
