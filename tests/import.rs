@@ -931,16 +931,22 @@ fn lost_records_of_a_capture_are_reported_as_a_live_run_reports_them() {
             );
         }
     }
-    // What the I/Os that left no sample come to is an estimate (at the samples per I/O
-    // of the whole ones): within a quarter of the 8,192 reads less the rows (1,251 for
-    // 1,231 and 946 for 941 in two runs).
-    let whole: f64 = (err.split("and ≈").nth(1))
-        .and_then(|s| s.split(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no estimate of the I/Os lost whole:\n{err}"));
+    // What the I/Os that left no sample come to is an estimate, at the samples per I/O
+    // of the whole ones, that takes each I/O seen in part to have lost one sample. One
+    // that lost two leaves one more sample to the estimate: it is at most a third of
+    // those I/Os above the reads with no row (1,251 for 1,231, 946 for 941, 184 for
+    // 144 with 156 seen in part), and below it only by what the samples of I/Os seen
+    // in part shift the samples per I/O (a few in a hundred).
+    let number = |after: &str| -> f64 {
+        (err.split(after).nth(1))
+            .and_then(|s| s.split(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no `{after}` in the exit lines:\n{err}"))
+    };
+    let (whole, in_part) = (number("and ≈"), number("the lost samples cost "));
     let unseen = 8192.0 - rows.len() as f64;
     assert!(
-        (whole - unseen).abs() <= 0.25 * unseen.max(4.0),
-        "≈{whole} I/Os lost whole, {unseen} of fio's reads have no row:\n{err}"
+        whole >= 0.95 * unseen - 2.0 && whole <= unseen + in_part / 3.0 + 2.0,
+        "≈{whole} I/Os lost whole, {unseen} of fio's reads have no row, {in_part} seen in part:\n{err}"
     );
     for p in [&data, &csv, &json] {
         let _ = std::fs::remove_file(p);
