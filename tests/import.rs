@@ -876,8 +876,8 @@ fn dumped(dump: &str, record: &str, field: &str) -> u64 {
 /// warning says what to do and what they cost. Every place is read eight times, so a
 /// request that lost its issue and completion to a LOST record (which does not say of
 /// which events its samples were) has a later I/O at its place to be wrongly paired
-/// with: taken for samples of no event it pairs by, 27 and 39 `ok` rows per run queued
-/// longer than fio's slowest I/O took, and 22 and 70 completions `unmatched`.
+/// with: taken for samples of no event it pairs by, 27 and 39 `ok` rows per run with a
+/// q2c longer than fio's slowest I/O took, and 22 and 70 completions `unmatched`.
 #[test]
 fn lost_records_of_a_capture_are_reported_as_a_live_run_reports_them() {
     let test = "lost_records_of_a_capture_are_reported_as_a_live_run_reports_them";
