@@ -100,7 +100,12 @@ impl Gap<'_> {
     /// Whether the samples can be of event `name` (without its system): they are, or
     /// which they are is not known.
     pub fn may_be(&self, name: &str) -> bool {
-        self.unknown() || self.event.rsplit(':').next() == Some(name)
+        self.unknown() || self.is(name)
+    }
+
+    /// Whether the samples are of event `name` (without its system).
+    pub fn is(&self, name: &str) -> bool {
+        self.event.rsplit(':').next() == Some(name)
     }
 
     /// Which events the samples were is not known.

@@ -1436,7 +1436,7 @@ impl Correlator for BlockCorrelator {
             m.insert_lately(gap.before, gap.n);
             known = true;
         }
-        if gap.event.rsplit(':').next() == Some("block_rq_requeue") {
+        if gap.is("block_rq_requeue") {
             m.requeue += gap.n;
             known = true;
         }
