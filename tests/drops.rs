@@ -31,7 +31,9 @@
 
 mod common;
 
-use common::{kernel_dev, kernel_ready, perf_ready, run_ok, tmp, zram, LoopDev, Zram};
+use common::{
+    kernel_dev, kernel_ready, perf_ready, run_ok, tmp, zram, LoopDev, RemoveOnPass, Zram,
+};
 use ntprof_perf::correlate::Gap;
 use ntprof_perf::device::SysBlock;
 use ntprof_perf::import::Capture;
@@ -323,6 +325,8 @@ struct Trials {
     unmatched: u64,
     /// Rows beyond the I/Os of the capture.
     extra: u64,
+    /// The capture the test took, removed once its checks pass.
+    _capture: RemoveOnPass,
 }
 
 /// The trials on `file` (a given capture, or `take` makes one; `None`: skipped, said
@@ -336,6 +340,7 @@ fn trials(test: &str, profile: &str, take: fn() -> Option<std::path::PathBuf>) -
     if given.is_none() && !(kernel_ready(test) && perf_ready(test)) {
         return None;
     }
+    let taken = given.is_none();
     let Some(file) = given.or_else(take) else {
         // Three captures in a row each lost a sample: the property cannot be checked
         // against a whole one. Not a pass of the check, said loudly.
@@ -345,6 +350,7 @@ fn trials(test: &str, profile: &str, take: fn() -> Option<std::path::PathBuf>) -
     let (whole, h, _) = replay(&file, profile, 0, 0.0, 1);
     let mut t = Trials {
         ios: whole.ok.len() as u64,
+        _capture: RemoveOnPass(taken.then(|| file.clone()).into_iter().collect()),
         ..Trials::default()
     };
     assert!(

@@ -387,9 +387,7 @@ fn pipe_mode_and_the_other_readers_of_a_capture() {
         err.contains("perf's default clock (no -k): start times are relative"),
         "{err}"
     );
-    for p in [&data, &csv, &svg] {
-        let _ = std::fs::remove_file(p);
-    }
+    drop(RemoveOnPass(vec![data, csv, svg]));
 }
 
 /// The types of the records in a file-mode perf.data's data section.
@@ -731,7 +729,9 @@ fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
             );
         }
     }
-    let _ = std::fs::remove_file(format!("{}.scope", data.display()));
+    drop(RemoveOnPass(vec![
+        format!("{}.scope", data.display()).into()
+    ]));
     // perf's own sampling (-F: a frequency) keeps some firings of each event: refused,
     // with what to do, rather than rows that pair one I/O's issue with another's end.
     run_ok(Command::new("sh").arg("-c").arg(format!(
@@ -771,9 +771,7 @@ fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
         err.contains("lacks the bio profile's events block:block_bio_queue"),
         "{err}"
     );
-    for p in [&data, &csv] {
-        let _ = std::fs::remove_file(p);
-    }
+    drop(RemoveOnPass(vec![data, csv]));
 }
 
 /// A truncated capture, a corrupted one and a file that is not one: a clear error

@@ -79,6 +79,7 @@ fn stat_keeps_to_the_budget_with_whole_ios_and_scaled_counts() {
     // insert → issue → complete: three events per I/O to keep together.
     l.scheduler("mq-deadline");
     let json = tmp("maxrate-fio.json");
+    let _rm = RemoveOnPass(vec![json.clone()]);
     let budget = BUDGET.to_string();
     let lines = stat_over_fio(
         &l.dev,
@@ -138,6 +139,7 @@ fn record_rows_are_whole_and_parquet_says_each_row_groups_rate() {
     let json = tmp("maxrate-rec-fio.json");
     let csv = tmp("maxrate.csv");
     let pq = tmp("maxrate.parquet");
+    let _rm = RemoveOnPass(vec![json.clone(), csv.clone(), pq.clone()]);
     let out = run_ok(
         Command::new(bin())
             .args([
@@ -200,6 +202,7 @@ fn duty_traces_whole_ios_only_in_its_windows_with_the_events_off_between() {
     let l = LoopDev::new("duty", 64);
     l.scheduler("mq-deadline");
     let json = tmp("duty-fio.json");
+    let _rm = RemoveOnPass(vec![json.clone()]);
     // A budget no load here reaches: 1 in 1 I/Os in each window, 1 s in every 10.
     let mut fio = fio_args(&l.dev, 20, &json);
     // A load the tracing cannot slow: in a window every I/O is traced, and a load it
@@ -268,6 +271,7 @@ fn between_duty_windows_the_reader_wakes_seldom() {
     let l = LoopDev::new("dutyidle", 64);
     l.scheduler("none");
     let json = tmp("dutyidle-fio.json");
+    let _rm = RemoveOnPass(vec![json.clone()]);
     let mut fio_cmd = fio_args(&l.dev, 13, &json);
     fio_cmd.push("--rate_iops=20000".into());
     let fio = Running::spawn(

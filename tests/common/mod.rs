@@ -45,7 +45,7 @@ pub struct LoopDev {
 
 impl LoopDev {
     pub fn new(tag: &str, mib: u32) -> LoopDev {
-        let dir = std::env::temp_dir().join(format!("ntprof-{tag}-{}", std::process::id()));
+        let dir = tmp(&format!("loop-{tag}"));
         std::fs::create_dir_all(&dir).unwrap();
         // tmpfs so that the I/O is pure CPU work and no other filesystem's I/O mixes in.
         run_ok(
@@ -107,8 +107,141 @@ pub fn read_csv(path: &Path) -> Vec<Row> {
         .collect()
 }
 
+/// A path for a test's scratch file or directory, in this test process's own directory
+/// (see [`scratch`]).
 pub fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("ntprof-{}-{name}", std::process::id()))
+    scratch().join(name)
+}
+
+/// Files a test removes when it ends without failing, each with the `.old` that
+/// `perf record` makes of a file it writes over. A failed test's stay, to be looked at
+/// (see [`scratch`]).
+#[derive(Default)]
+pub struct RemoveOnPass(pub Vec<PathBuf>);
+
+impl Drop for RemoveOnPass {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+            let mut old = p.clone().into_os_string();
+            old.push(".old");
+            let _ = std::fs::remove_file(old);
+        }
+    }
+}
+
+/// `$TMPDIR/ntprof-test-PID`: what this test process writes (its files, its loop
+/// devices' images on their tmpfs mounts). Tests remove what they make, but not when
+/// they fail or are killed: the first call clears what test processes that are gone
+/// left (at once when nothing; otherwise after an hour: their files, and the loop
+/// devices and mounts of a run stopped by Ctrl-C), so that a failed run's files stay to
+/// be looked at for a while and runs do not fill `/tmp`.
+pub fn scratch() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let tmp = std::env::temp_dir();
+        sweep(&tmp, std::time::Duration::from_secs(3600));
+        let dir = tmp.join(format!("ntprof-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        dir
+    })
+}
+
+/// Clear the scratch directories in `tmp` of test processes that are gone: an empty one
+/// at once, one unchanged for `age` with its loop devices detached, its mounts unmounted,
+/// then its files.
+pub fn sweep(tmp: &Path, age: std::time::Duration) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = (name.to_str())
+            .and_then(|n| n.strip_prefix("ntprof-test-"))
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        if Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        let dir = e.path();
+        // An empty one (every test of the run passed and cleaned up) has nothing to show.
+        if std::fs::remove_dir(&dir).is_ok() {
+            continue;
+        }
+        let old = (e.metadata().and_then(|m| m.modified()).ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|d| d >= age);
+        if !old {
+            continue;
+        }
+        for (dev, backing) in loop_backings() {
+            if backing.starts_with(&dir) {
+                let _ = Command::new("losetup").args(["-d", &dev]).status();
+            }
+        }
+        // Deepest first: a mount inside another.
+        let mut mounts: Vec<PathBuf> = (std::fs::read_to_string("/proc/self/mounts").ok())
+            .into_iter()
+            .flat_map(|m| {
+                m.lines()
+                    .filter_map(|l| l.split(' ').nth(1).map(PathBuf::from))
+                    .collect::<Vec<_>>()
+            })
+            .filter(|m| m.starts_with(&dir))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+        for m in mounts {
+            let _ = Command::new("umount").arg(&m).status();
+        }
+        remove_on_one_fs(&dir);
+    }
+}
+
+/// Each attached loop device (`/dev/loopN`) with its backing file.
+fn loop_backings() -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let file = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+            // A deleted backing file reads back with " (deleted)" after its path.
+            let file = file.trim_end().trim_end_matches(" (deleted)");
+            Some((format!("/dev/{name}"), PathBuf::from(file)))
+        })
+        .collect()
+}
+
+/// Remove `dir` and what is in it, never into another filesystem: a mount that would
+/// not unmount keeps its files, and the directories above it stay.
+fn remove_on_one_fs(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    fn go(path: &Path, dev: u64) {
+        let Ok(m) = std::fs::symlink_metadata(path) else {
+            return;
+        };
+        if !m.is_dir() {
+            let _ = std::fs::remove_file(path);
+            return;
+        }
+        if m.dev() != dev {
+            return;
+        }
+        for e in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            go(&e.path(), dev);
+        }
+        let _ = std::fs::remove_dir(path);
+    }
+    if let Ok(m) = std::fs::symlink_metadata(dir) {
+        go(dir, m.dev());
+    }
 }
 
 /// The COUNT of a stage row of a stat/report table for a group, e.g.
