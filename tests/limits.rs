@@ -76,20 +76,10 @@ fn a_killed_runs_loop_devices_mounts_and_files_are_cleared_by_a_later_run() {
         std::fs::create_dir_all(d).unwrap();
         std::fs::write(d.join("io.csv"), "a,b\n").unwrap();
     }
+    // Left as Ctrl-C leaves one: no Drop ran.
     let mnt = killed.join("loop-x");
-    std::fs::create_dir_all(&mnt).unwrap();
-    run_ok(
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-            .arg(&mnt),
-    );
-    let img = mnt.join("img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(1 << 20)
-        .unwrap();
-    let out = run_ok(Command::new("losetup").args(["-f", "--show"]).arg(&img));
-    let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let l = std::mem::ManuallyDrop::new(LoopDev::at(mnt.clone(), 1));
+    let (dev, img) = (l.dev.clone(), l.image());
     let attached = || {
         let f = format!(
             "/sys/block/{}/loop/backing_file",

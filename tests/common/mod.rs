@@ -45,7 +45,11 @@ pub struct LoopDev {
 
 impl LoopDev {
     pub fn new(tag: &str, mib: u32) -> LoopDev {
-        let dir = tmp(&format!("loop-{tag}"));
+        LoopDev::at(tmp(&format!("loop-{tag}")), mib)
+    }
+
+    /// A loop device on an image in a tmpfs mounted at `dir`.
+    pub fn at(dir: PathBuf, mib: u32) -> LoopDev {
         std::fs::create_dir_all(&dir).unwrap();
         // tmpfs so that the I/O is pure CPU work and no other filesystem's I/O mixes in.
         run_ok(
@@ -60,6 +64,11 @@ impl LoopDev {
         let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
         let name = dev.trim_start_matches("/dev/").to_string();
         LoopDev { dev, name, dir }
+    }
+
+    /// The image the device is attached to.
+    pub fn image(&self) -> PathBuf {
+        self.dir.join("img")
     }
 
     /// Choose the I/O scheduler (mq-deadline makes requests go through insert → Q2D).
