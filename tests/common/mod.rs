@@ -123,8 +123,8 @@ pub fn tmp(name: &str) -> PathBuf {
 }
 
 /// Files a test removes when it ends without failing, each with the `.old` that
-/// `perf record` makes of a file it writes over. A failed test's stay, to be looked at
-/// (see [`scratch`]).
+/// `perf record` makes of a file it writes over. A failed test's files stay, to be
+/// looked at (see [`scratch`]).
 #[derive(Default)]
 pub struct RemoveOnPass(pub Vec<PathBuf>);
 
