@@ -27,7 +27,9 @@
 
 use ntprof_perf::correlate::{Correlator, Counters};
 use ntprof_perf::decode::{Decoder, Event, Layout};
+use ntprof_perf::device::SysBlock;
 use ntprof_perf::pipeline::Pipeline;
+use ntprof_perf::profile;
 use ntprof_perf::profile::block::correlate::{BlockConfig, BlockCorrelator};
 use ntprof_perf::profile::block::record::BlockRecord;
 use ntprof_perf::profile::nvme_tcp::events::{NvmeTcpEvent, TcpSlot};
@@ -37,12 +39,15 @@ use ntprof_perf::profile::shared::block_events::{BlockEvent, BlockLayout};
 use ntprof_perf::record::{IoRecord, Status, Tabled};
 use ntprof_perf::sink::csv::CsvSink;
 use ntprof_perf::sink::time::WallClock;
-use ntprof_perf::synth::RecordBuilder;
+use ntprof_perf::synth::{
+    block_ios, newest_tree, nvme_tcp_ios, BLOCK_EVENTS, NVME_TCP_CPUS, NVME_TCP_EVENTS,
+};
 use ntprof_perf::tracefs::Tracefs;
 use std::path::PathBuf;
 use std::time::Instant;
 
-const CPUS: usize = 4;
+/// Rings of every replay: the nvme-tcp stream's host and target CPUs.
+const CPUS: usize = NVME_TCP_CPUS;
 
 /// This thread's CPU time in s: on a loaded machine the wall clock counts the time
 /// other tasks ran too, this does not (cache pollution by them still shows).
@@ -213,14 +218,11 @@ impl Stream {
 
 /// The newest captured tree that has `event` (`system/name`).
 fn captured_tree(event: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tracefs");
-    let mut trees: Vec<PathBuf> = std::fs::read_dir(&root)
-        .expect("tracefs/ captures")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("events").join(event).join("format").is_file())
-        .collect();
-    trees.sort();
-    trees.pop().expect("a captured tree with the events")
+    newest_tree(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tracefs"),
+        event,
+    )
+    .expect("a captured tree with the events")
 }
 
 /// Replays until `REPLAYS` are done, each returning (this thread's CPU s, wall s, late,
@@ -275,6 +277,40 @@ fn report(
         ios as f64 / secs / 1e6,
     );
     (secs, sum)
+}
+
+/// The same replay through the profile's own plan, as `record` and `stat` build and
+/// drive it (`plan_offline`, then `dyn Stages`: a dynamic call per sample and per
+/// record, and the instances of the library's code that the product runs, which a
+/// profile-guided build (`scripts/build-pgo.sh`) was trained on; the replays above are
+/// this bench's own instances).
+fn via_plan(name: &str, tfs: &Tracefs, streams: &[Stream], ios: u64) {
+    let p = profile::find(name).expect("a profile of that name");
+    let events: usize = streams.iter().map(|s| s.index.len()).sum();
+    let mut best = f64::MAX;
+    for _ in 0..REPLAYS {
+        let sys = SysBlock::at(std::path::Path::new("/nonexistent-sysfs"));
+        let mut stages = profile::plan_offline(p, tfs, sys).unwrap().stages;
+        let mut ok = 0u64;
+        let mut out = |r: &dyn IoRecord, _: u32| ok += u64::from(r.status() == Status::Ok);
+        let cpu0 = cpu_secs();
+        for (now, read) in Rounds::new(streams) {
+            stages.begin_round(now);
+            for (cpu, s) in streams.iter().enumerate() {
+                for &(t, at, len) in &s.index[read[cpu].clone()] {
+                    stages.sample(t, cpu as u32, &s.bytes[at..at + len]);
+                }
+            }
+            stages.end_round(&mut out);
+        }
+        stages.finish(&mut out);
+        best = best.min(cpu_secs() - cpu0);
+        assert_eq!(ok, ios, "every I/O must come out as one ok record");
+    }
+    println!(
+        "  through the profile's plan (dyn Stages, as record and stat run it): {:.0} ns/event",
+        best * 1e9 / events as f64
+    );
 }
 
 /// Where a replay's time goes: the same samples decoded alone, then decoded and
@@ -369,43 +405,16 @@ fn main() {
 fn block(ios: u64, csv: bool, stat: bool, cold: bool) {
     let tree = captured_tree("block/block_rq_issue");
     let tfs = Tracefs::at(&tree).unwrap();
-    let ins = tfs.event("block", "block_rq_insert").unwrap();
-    let iss = tfs.event("block", "block_rq_issue").unwrap();
-    let cpl = tfs.event("block", "block_rq_complete").unwrap();
-    let dev = (259u64 << 20) | 1;
-    let mk = |f, sector: u64, rwbs: &[u8]| {
-        let b = RecordBuilder::new(f)
-            .int("dev", dev)
-            .int("sector", sector)
-            .int("nr_sector", 8)
-            .bytes("rwbs", rwbs);
-        let b = if f.field("bytes").is_some() {
-            b.int("bytes", 4096)
-        } else {
-            b
-        };
-        b.build()
-    };
-
     // Per CPU, a time-ordered stream. An I/O is submitted on one CPU and completed on the
     // next one, so the merge really has to reorder across rings. 64 I/Os in flight.
-    let mut per_cpu: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); CPUS];
-    for i in 0..ios {
-        let t = i * 1_000;
-        let sector = (i % 65_536) * 8;
-        let rwbs: &[u8] = if i % 3 == 0 { b"W" } else { b"R" };
-        let sub = (i as usize) % CPUS;
-        per_cpu[sub].push((t, mk(&ins, sector, rwbs)));
-        per_cpu[sub].push((t + 300, mk(&iss, sector, rwbs)));
-        per_cpu[(sub + 1) % CPUS].push((t + 64_000, mk(&cpl, sector, rwbs)));
-    }
+    let per_cpu = block_ios(&tfs, ios, CPUS).unwrap();
     let streams = Stream::rings(per_cpu);
     let events: usize = streams.iter().map(|s| s.index.len()).sum();
 
     // As the block profile's live plan binds them: one layout type, called directly.
     let decoder = || {
         let mut decoder = Decoder::<BlockEvent, BlockLayout>::direct();
-        for e in ["block_rq_insert", "block_rq_issue", "block_rq_complete"] {
+        for e in BLOCK_EVENTS {
             decoder
                 .bind(&tfs, "block", e, |fmt| BlockLayout::for_event(fmt, e))
                 .unwrap();
@@ -434,6 +443,7 @@ fn block(ios: u64, csv: bool, stat: bool, cold: bool) {
         assert_eq!(records, ios, "every I/O must come out as one record");
         (cpu, wall, late, d2c)
     });
+    via_plan("block", &tfs, &streams, ios);
     split::<BlockCorrelator, _>(&streams, decoder, secs * 1e9 / events as f64);
     let corr = || BlockCorrelator::new(BlockConfig::default());
     let d2c = |r: &BlockRecord| r.d2c_ns.unwrap_or(0);
@@ -540,94 +550,8 @@ fn stat_table(rows: &mut [BlockRecord]) {
 fn nvme_tcp(ios: u64) {
     let tree = captured_tree("nvme_tcp/nvme_tcp_queue_rq");
     let tfs = Tracefs::at(&tree).unwrap();
-    let events = [
-        ("block", "block_bio_queue"),
-        ("nvme_tcp", "nvme_tcp_queue_rq"),
-        ("nvme_tcp", "nvme_tcp_try_send"),
-        ("nvme_tcp", "nvme_tcp_done_send_req"),
-        ("nvmet_tcp", "nvmet_tcp_done_recv_pdu"),
-        ("nvmet_tcp", "nvmet_tcp_exec_read_req"),
-        ("nvmet_tcp", "nvmet_tcp_queue_response"),
-        ("nvmet_tcp", "nvmet_tcp_try_send_data_pdu"),
-        ("nvmet_tcp", "nvmet_tcp_try_send_response"),
-        ("nvme_tcp", "nvme_tcp_handle_c2h_data"),
-        ("nvme_tcp", "nvme_tcp_recv_data"),
-        ("nvme_tcp", "nvme_tcp_process_nvme_cqe"),
-        ("block", "block_rq_complete"),
-    ];
-    let fmts: Vec<_> = events
-        .iter()
-        .map(|(sys, ev)| tfs.event(sys, ev).unwrap())
-        .collect();
-    let dev = 259u64 << 20;
-    let mut per_cpu: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); CPUS];
-    for i in 0..ios {
-        let t = i * 1_000;
-        let (sub, done, tgt) = (
-            (i % 2) as usize,
-            ((i + 1) % 2) as usize,
-            2 + (i % 2) as usize,
-        );
-        let (qid, cid, sector) = (1 + i % 2, (i / 2) % 1024, (i % 65_536) * 8);
-        // The `read` scenario's offsets, ×32: 64 µs from bio to completion.
-        let at = |k: usize, off: u64| (k, t + off * 32);
-        let marks = [
-            (at(0, 0), sub, None),
-            (at(1, 500), sub, None),
-            (at(2, 600), sub, None),
-            (at(3, 700), sub, None),
-            (at(4, 800), tgt, Some(750)),
-            (at(5, 900), tgt, None),
-            (at(6, 1400), tgt, None),
-            (at(7, 1500), tgt, None),
-            (at(8, 1600), tgt, None),
-            (at(9, 1700), done, Some(1650)),
-            (at(10, 1800), done, Some(1650)),
-            (at(11, 1900), done, Some(1850)),
-            (at(12, 2000), done, None),
-        ];
-        for ((k, when), cpu, recv) in marks {
-            let f = &fmts[k];
-            let mut b = RecordBuilder::new(f);
-            let mut set = |name: &str, v: u64| {
-                if f.field(name).is_some() {
-                    b = std::mem::replace(&mut b, RecordBuilder::new(f)).int(name, v);
-                }
-            };
-            for (name, v) in [
-                ("ctrl_id", 0),
-                ("cntlid", 1),
-                ("qid", qid),
-                ("cid", cid),
-                ("tag", cid & 0xfff),
-                ("opcode", 2),
-                ("dev", dev),
-                ("sector", sector),
-                ("nr_sector", 8),
-                ("slba", sector / 8),
-                ("nsid", 1),
-                ("write", 0),
-                ("inline_data", 0),
-                ("flags", 4),
-            ] {
-                set(name, v);
-            }
-            // Lengths: the command's 4 KiB, a response or data PDU header's 24 bytes.
-            let len = if (7..=8).contains(&k) { 24 } else { 4096 };
-            set("len", len);
-            set("data_len", 4096);
-            if let Some(r) = recv {
-                set("recv_time", t + r * 32);
-            }
-            if f.field("disk").is_some() {
-                b = b.bytes("disk", b"nvme0n1");
-            }
-            if f.field("rwbs").is_some() {
-                b = b.bytes("rwbs", b"R");
-            }
-            per_cpu[cpu].push((when, b.build()));
-        }
-    }
+    let events = NVME_TCP_EVENTS;
+    let per_cpu = nvme_tcp_ios(&tfs, ios).unwrap();
     let streams = Stream::rings(per_cpu);
     // As the nvme-tcp profile's live plan binds them: one slot type, called directly.
     let decoder = || {
@@ -668,6 +592,7 @@ fn nvme_tcp(ios: u64) {
     if std::env::args().any(|a| a == "only") {
         return;
     }
+    via_plan("nvme-tcp", &tfs, &streams, ios);
     split::<TcpCorrelator, _>(&streams, decoder, secs * 1e9 / events as f64);
     let sum = |r: &TcpRecord| {
         assert_eq!(r.status(), Status::Ok, "{r:?}");

@@ -15,6 +15,10 @@ export NTPROF_VM=${NTPROF_VM:-1}
 export NTPROF_VM_PATCHED=${NTPROF_VM_PATCHED:-1}
 cargo fmt --all -- --check
 cargo clippy --release --all-targets -- -D warnings
+# The profile-guided build the README installs (demo.sh): tests/pgo.rs checks it writes
+# what the ordinary build does.
+NTPROF_PGO_STRICT=1 ./scripts/build-pgo.sh
+export NTPROF_PGO_BIN=$PWD/target/pgo/release/ntprof-perf NTPROF_REQUIRE_PGO=1
 cargo test --release
 if [ "$NTPROF_VM" = 1 ] && [ "${NTPROF_VM_612:-1}" = 1 ]; then
     echo "test.sh: the VM tests on the 6.12 guest"

@@ -715,23 +715,7 @@ impl Capture {
         p: &'static dyn Profile,
         sys: crate::device::SysBlock,
     ) -> Result<profile::Plan, profile::PlanError> {
-        let flags = clap::Command::new("import")
-            .args(p.args())
-            .try_get_matches_from(["import"])
-            .map_err(|e| profile::PlanError::Flag {
-                flag: p.name().to_string(),
-                why: e.to_string(),
-            })?;
-        let ctx = profile::PlanCtx {
-            profile: p.name(),
-            status: profile::check(p, &self.formats),
-            tfs: &self.formats,
-            args: &flags,
-            sys,
-            max_rate: None,
-            capture: true,
-        };
-        p.plan(&ctx)
+        profile::plan_offline(p, &self.formats, sys)
     }
 
     fn from_reader(

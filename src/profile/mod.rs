@@ -293,6 +293,33 @@ pub fn supported(status: &[EventStatus]) -> bool {
         .all(|s| !s.req.required || s.missing.is_none())
 }
 
+/// The plan of profile `p` for samples that were not traced here (a capture, a
+/// replay): bound to the formats of `tfs`, every event they have, the profile's flags
+/// at their defaults. `sys` names the devices (see `SysBlock`).
+pub fn plan_offline(
+    p: &'static dyn Profile,
+    tfs: &Tracefs,
+    sys: SysBlock,
+) -> Result<Plan, PlanError> {
+    let flags = clap::Command::new(p.name())
+        .args(p.args())
+        .try_get_matches_from([p.name()])
+        .map_err(|e| PlanError::Flag {
+            flag: p.name().to_string(),
+            why: e.to_string(),
+        })?;
+    let ctx = PlanCtx {
+        profile: p.name(),
+        status: check(p, tfs),
+        tfs,
+        args: &flags,
+        sys,
+        max_rate: None,
+        capture: true,
+    };
+    p.plan(&ctx)
+}
+
 /// What a profile plans with.
 pub struct PlanCtx<'a> {
     pub profile: &'static str,
