@@ -52,13 +52,16 @@ major=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
 tools="$(rustc --print sysroot)/lib/rustlib/$host/bin"
 profdata=$tools/llvm-profdata
 if [ ! -x "$profdata" ] && command -v rustup >/dev/null; then
-    rustup component add llvm-tools >/dev/null 2>&1 || true
+    # Bounded: a host that cannot reach rustup's server falls through to Debian's.
+    timeout 300 rustup component add llvm-tools >/dev/null 2>&1 || true
 fi
 if [ ! -x "$profdata" ]; then
     profdata=$(command -v "llvm-profdata-$major" || true)
     if [ -z "$profdata" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            "llvm-$major" >/dev/null 2>&1 || true
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -qq --no-install-recommends "llvm-$major" >/dev/null 2>&1 ||
+            { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+                "llvm-$major" >/dev/null 2>&1; } || true
         profdata=$(command -v "llvm-profdata-$major" || true)
     fi
 fi
