@@ -153,3 +153,61 @@ fn request_based_disks_are_refused_with_what_to_use() {
     );
     let _ = std::fs::remove_file(data);
 }
+
+/// A capture of every device (`perf record -a`) holds the bios of request-based disks
+/// too, which never complete as bios: `import --profile bio` names them (and only
+/// them) instead of leaving a count of `incomplete` rows unexplained.
+#[test]
+fn an_import_names_the_disks_whose_bios_never_complete() {
+    let test = "an_import_names_the_disks_whose_bios_never_complete";
+    let Some(z) = zram(test) else {
+        return;
+    };
+    if !perf_ready(test) {
+        return;
+    }
+    let l = LoopDev::new("bio-import", 16);
+    let (data, csv) = (tmp("bio-all.data"), tmp("bio-all.csv"));
+    let _clean = RemoveOnPass(vec![data.clone(), csv.clone()]);
+    let dd = |dev: &str, n: u32| {
+        format!("dd if=/dev/zero of={dev} bs=4k count={n} oflag=direct status=none")
+    };
+    run_ok(
+        Command::new("perf")
+            .args(["record", "-q", "-a", "-o"])
+            .arg(&data)
+            .args([
+                "-e",
+                "block:block_bio_queue",
+                "-e",
+                "block:block_bio_complete",
+            ])
+            .args(["--", "sh", "-c"])
+            .arg(format!("{}; {}", dd(&z.dev, 120), dd(&l.dev, 80))),
+    );
+    let out = run_ok(
+        Command::new(bin())
+            .args(["import", "--profile", "bio", "-o"])
+            .arg(&csv)
+            .arg(&data),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warning = err
+        .lines()
+        .find(|l| l.contains("completed in the capture"))
+        .unwrap_or_else(|| panic!("no warning naming the disks: {err}"));
+    assert!(warning.contains(&format!("{} (", l.name)), "{warning}");
+    assert!(warning.contains("80 rows"), "{warning}");
+    assert!(
+        !warning.contains(&z.name()),
+        "zram's bios completed: {warning}"
+    );
+    let rows = read_csv(&csv);
+    let of = |name: &str, status: &str| {
+        rows.iter()
+            .filter(|r| r["device"] == name && r["status"] == status)
+            .count()
+    };
+    assert_eq!(of(&z.name(), "ok"), 120, "{err}");
+    assert_eq!(of(&l.name, "incomplete"), 80, "{err}");
+}

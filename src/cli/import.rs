@@ -7,12 +7,17 @@ use super::live::row_writer;
 use anyhow::Result;
 use clap::parser::ValueSource;
 use ntprof_perf::device::SysBlock;
+use ntprof_perf::device::{dev_major, dev_minor};
 use ntprof_perf::import::{Capture, Partial, PartialRead, Replayed};
+use ntprof_perf::pipeline::RecordSink;
 use ntprof_perf::profile::{self, Plan, Profile};
+use ntprof_perf::record::{IoRecord, Schema, Status, Value};
 use ntprof_perf::sink::parquet::FileInfo;
 use ntprof_perf::sink::recorder::{Recorder, StatusLine};
 use ntprof_perf::sink::stat::StatSink;
+use ntprof_perf::sink::{Health, SinkError};
 use ntprof_perf::tracefs::Tracefs;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What a capture that is not whole lacks, and what was read of it.
@@ -106,11 +111,96 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
     })
 }
 
-/// What the exit line adds to the counters for a capture: `rows` I/Os of `profile`.
-fn report_end(what: &str, cap_clock: &str, replayed: &Replayed, profile: &str, rows: u64) {
+/// Rows per device, and how many of them `incomplete`: a capture holds every device
+/// perf's filters let through, some of which may never complete an I/O of the profile
+/// (a request-based disk under the bio profile).
+struct ByDevice<'a> {
+    inner: &'a mut dyn RecordSink,
+    dev: Option<usize>,
+    name: Option<usize>,
+    /// dev_t → (its name, rows, rows incomplete).
+    seen: BTreeMap<u32, (String, u64, u64)>,
+}
+
+impl<'a> ByDevice<'a> {
+    fn new(inner: &'a mut dyn RecordSink, schema: &Schema) -> ByDevice<'a> {
+        let col = |want: &str| schema.names().position(|n| n == want);
+        ByDevice {
+            inner,
+            dev: col("dev"),
+            name: col("device"),
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// The devices some of whose rows completed while none of this one's did, as
+    /// `name (major:minor, N rows)`; empty when every device completed some, or none did
+    /// (the exit warning for a whole capture says that).
+    fn never_completed(&self) -> Vec<String> {
+        let done = |(_, rows, inc): &(String, u64, u64)| rows > inc;
+        if !self.seen.values().any(done) {
+            return Vec::new();
+        }
+        self.seen
+            .iter()
+            .filter(|(_, e)| !done(e))
+            .map(|(&d, (name, rows, _))| {
+                let dev = format!("{}:{}", dev_major(d), dev_minor(d));
+                match name.as_str() {
+                    "" => format!("{dev} ({rows} rows)"),
+                    n => format!("{n} ({dev}, {rows} rows)"),
+                }
+            })
+            .collect()
+    }
+}
+
+impl RecordSink for ByDevice<'_> {
+    fn record(&mut self, r: &dyn IoRecord, sample: u32) -> Result<(), SinkError> {
+        if let Some(Value::Dev(d)) = self.dev.map(|i| r.value(i)) {
+            let e = self.seen.entry(d).or_insert_with(|| {
+                let name = match self.name.map(|i| r.value(i)) {
+                    Some(Value::Str(s)) => s.to_string(),
+                    Some(Value::String(s)) => s,
+                    _ => String::new(),
+                };
+                (name, 0, 0)
+            });
+            e.1 += 1;
+            e.2 += u64::from(r.status() == Status::Incomplete);
+        }
+        self.inner.record(r, sample)
+    }
+
+    fn tick(&mut self, health: &Health) -> Result<(), SinkError> {
+        self.inner.tick(health)
+    }
+}
+
+/// What the exit line adds to the counters for a capture: `rows` I/Os of `profile`;
+/// `never` the devices none of whose I/Os completed ([`ByDevice::never_completed`]).
+fn report_end(
+    what: &str,
+    cap_clock: &str,
+    replayed: &Replayed,
+    profile: &str,
+    rows: u64,
+    never: &[String],
+) {
     let health = &replayed.health;
     eprintln!("ntprof-perf: {what}; {}", health.line());
     eprintln!("ntprof-perf: clock: {cap_clock}");
+    if !never.is_empty() {
+        eprintln!(
+            "ntprof-perf: warning: none of the I/Os of {} completed in the capture (their rows are `incomplete`){}",
+            never.join(", "),
+            if profile == "bio" {
+                ": the kernel traces bio completions for bio-based devices only (dm, md, zram); a request-based disk's bios complete inside its requests (--profile block), so leave those disks out of the capture (perf record --filter) or out of the analysis"
+            } else {
+                ""
+            }
+        );
+    }
     if rows > 0 && health.counters.incomplete == rows {
         // A capture takes every device perf's filters let through; live, the bio
         // profile refuses a request-based disk before tracing.
@@ -190,7 +280,9 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
             ""
         }
     );
-    let replayed = cap.replay(plan.stages.as_mut(), &mut rec)?;
+    let mut by_dev = ByDevice::new(&mut rec, schema);
+    let replayed = cap.replay(plan.stages.as_mut(), &mut by_dev)?;
+    let never = by_dev.never_completed();
     rec.finish(Some(&replayed.health))?;
     let rows = match rec.min_ns() {
         None => format!("{} I/Os written to {to}", rec.written()),
@@ -200,7 +292,14 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
             rec.written()
         ),
     };
-    report_end(&rows, &described, &replayed, p.name(), plan.stages.rows());
+    report_end(
+        &rows,
+        &described,
+        &replayed,
+        p.name(),
+        plan.stages.rows(),
+        &never,
+    );
     Ok(0)
 }
 
@@ -250,7 +349,9 @@ pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32>
     } = prepare(input, name, a.sel.tracefs.as_deref())?;
     let mut sink = StatSink::new(p.schema(), Box::new(std::io::stdout()), a.show.format());
     let described = cap.clock.describe();
-    let replayed = cap.replay(plan.stages.as_mut(), &mut sink)?;
+    let mut by_dev = ByDevice::new(&mut sink, p.schema());
+    let replayed = cap.replay(plan.stages.as_mut(), &mut by_dev)?;
+    let never = by_dev.never_completed();
     let header = format!(
         "summary: profile {}, imported from {}",
         p.name(),
@@ -263,6 +364,7 @@ pub fn stat(a: &StatArgs, input: &Path, flags: &clap::ArgMatches) -> Result<i32>
         &replayed,
         p.name(),
         plan.stages.rows(),
+        &never,
     );
     Ok(0)
 }
