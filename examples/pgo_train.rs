@@ -9,7 +9,8 @@
 //! build compiles them as an ordinary release build does (`llvm-profdata merge
 //! --sparse`).
 //!
-//! `cargo run --release --example pgo_train [-- IOS]` (default 400,000 I/Os a profile).
+//! `cargo run --release --example pgo_train [-- IOS]` (default 400,000 I/Os a profile:
+//! ≈ 0.5 GB of memory at its peak, the nvme-tcp stream's 5.2 M samples, ≈ 7 s).
 //! Prints the rows per profile; it fails if a stream does not come out as one `ok` row
 //! per I/O, so a training run that trained on error paths does not pass unseen.
 
