@@ -157,6 +157,11 @@ pub fn kernel_dev(major: u32, minor: u32) -> u32 {
     (major << 20) | (minor & 0xfffff)
 }
 
+/// A kernel `dev_t` as `major:minor`, the way `ls -l` and `/sys/block/*/dev` write it.
+pub fn dev_text(dev: u32) -> String {
+    format!("{}:{}", dev_major(dev), dev_minor(dev))
+}
+
 pub fn dev_major(dev: u32) -> u32 {
     dev >> 20
 }

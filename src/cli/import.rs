@@ -6,8 +6,7 @@ use super::args::{ImportArgs, Rows, StatArgs};
 use super::live::row_writer;
 use anyhow::Result;
 use clap::parser::ValueSource;
-use ntprof_perf::device::SysBlock;
-use ntprof_perf::device::{dev_major, dev_minor};
+use ntprof_perf::device::{dev_text, SysBlock};
 use ntprof_perf::import::{Capture, Partial, PartialRead, Replayed};
 use ntprof_perf::pipeline::RecordSink;
 use ntprof_perf::profile::{self, Plan, Profile};
@@ -124,11 +123,10 @@ struct ByDevice<'a> {
 
 impl<'a> ByDevice<'a> {
     fn new(inner: &'a mut dyn RecordSink, schema: &Schema) -> ByDevice<'a> {
-        let col = |want: &str| schema.names().position(|n| n == want);
         ByDevice {
             inner,
-            dev: col("dev"),
-            name: col("device"),
+            dev: schema.position("dev"),
+            name: schema.position("device"),
             seen: BTreeMap::new(),
         }
     }
@@ -145,7 +143,7 @@ impl<'a> ByDevice<'a> {
             .iter()
             .filter(|(_, e)| !done(e))
             .map(|(&d, (name, rows, _))| {
-                let dev = format!("{}:{}", dev_major(d), dev_minor(d));
+                let dev = dev_text(d);
                 match name.as_str() {
                     "" => format!("{dev} ({rows} rows)"),
                     n => format!("{n} ({dev}, {rows} rows)"),

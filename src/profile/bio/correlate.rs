@@ -37,7 +37,7 @@ use crate::correlate::windows::{Shifted, Windows};
 use crate::correlate::yardstick::{Yardstick, SURELY};
 use crate::correlate::{Correlator, Counters, DevMap, FxMap, Gap, Status, UnmatchedLog};
 use crate::decode::Event;
-use crate::device::{dev_major, dev_minor};
+use crate::device::dev_text;
 use crate::profile::shared::block_events::Op;
 use crate::profile::shared::device_io::{head_columns, tail_columns, DeviceIo, HasDeviceIo};
 use crate::record::{col, opt, Column, Kind, Role, Value};
@@ -254,7 +254,7 @@ impl BioCorrelator {
     fn name(&mut self, dev: u32) -> Rc<str> {
         self.names
             .entry(dev)
-            .or_insert_with(|| format!("{}:{}", dev_major(dev), dev_minor(dev)).into())
+            .or_insert_with(|| dev_text(dev).into())
             .clone()
     }
 

@@ -94,7 +94,8 @@ use crate::correlate::windows::{Shifted, Window, Windows};
 use crate::correlate::yardstick::{Yardstick, SURELY};
 use crate::correlate::{Correlator, Counters, DevMap, Gap, Starts, Status, UnmatchedLog};
 use crate::decode::Event;
-use crate::profile::shared::block_events::{dev_major, dev_minor, BlockEvent, BlockKind, Op};
+use crate::device::dev_text;
+use crate::profile::shared::block_events::{BlockEvent, BlockKind, Op};
 use crate::profile::shared::device_io::DeviceIo;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -690,7 +691,7 @@ impl BlockCorrelator {
     fn name(&mut self, dev: u32) -> Rc<str> {
         self.names
             .entry(dev)
-            .or_insert_with(|| format!("{}:{}", dev_major(dev), dev_minor(dev)).into())
+            .or_insert_with(|| dev_text(dev).into())
             .clone()
     }
 
