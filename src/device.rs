@@ -50,6 +50,12 @@ impl Default for SysBlock {
 }
 
 impl SysBlock {
+    /// No device of this host: for samples traced elsewhere (a capture from another
+    /// host, a synthetic replay), whose device numbers name nothing here.
+    pub fn none() -> SysBlock {
+        SysBlock::at(Path::new("/nonexistent-sysfs"))
+    }
+
     pub fn at(root: &Path) -> SysBlock {
         SysBlock {
             root: root.to_path_buf(),
