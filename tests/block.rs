@@ -570,6 +570,63 @@ fn piped_into_head_ends_cleanly() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
 
+/// Standard error closed before the run starts (a log reader that died, `2>&1 | head`
+/// that has exited): the messages are lost, the run is not. `record` must not panic in
+/// its first message (exit 101, the rows' file left to chance), and its rows must be
+/// whole: the CSV and the Parquet, one reader thread and two, and `--max-rate`, which
+/// writes its rate changes while it runs.
+#[test]
+fn a_closed_standard_error_loses_the_messages_not_the_run() {
+    if !kernel_ready("a_closed_standard_error_loses_the_messages_not_the_run") {
+        return;
+    }
+    let l = LoopDev::new("closed-stderr", 64);
+    l.scheduler("none");
+    let dir = tmp("closed-stderr");
+    std::fs::create_dir_all(&dir).unwrap();
+    let writes = 2000;
+    for (file, extra) in [
+        ("rows.csv", &["--threads", "1"][..]),
+        ("rows.csv", &["--threads", "2"]),
+        ("rows.parquet", &["--max-rate", "100000"]),
+    ] {
+        let what = format!("{file} {extra:?}");
+        let out_file = dir.join(file);
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        drop(read_end);
+        let status = Command::new(bin())
+            .args(["record", "-d", &l.dev, "-o"])
+            .arg(&out_file)
+            .args(extra)
+            .args(["--", "dd", "if=/dev/zero", &format!("of={}", l.dev)])
+            .args([
+                "bs=4k",
+                &format!("count={writes}"),
+                "oflag=direct",
+                "status=none",
+            ])
+            .stderr(std::process::Stdio::from(write_end))
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{what}: exit status {status}");
+        // The file is whole: every reader takes it without a word of a cut row. Its
+        // rows are dd's writes, less any the kernel dropped (the exit line that would
+        // count those went to the closed pipe).
+        let report = run_ok(Command::new(bin()).arg("report").arg(&out_file));
+        let err = String::from_utf8_lossy(&report.stderr);
+        assert!(!err.contains("ends inside"), "{what}: {err}");
+        let text = String::from_utf8_lossy(&report.stdout);
+        let name = l.dev.trim_start_matches("/dev/");
+        let rows = table_count(&text, &[name, "write"], "d2c")
+            .unwrap_or_else(|| panic!("{what}: no write rows in the report:\n{text}"));
+        assert!(
+            rows > 0 && rows <= writes,
+            "{what}: {rows} rows of {writes}:\n{text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A run whose output fails (the disk fills) stops with the error and still says what
 /// it saw: the rows written and the samples and losses counted by then, from the
 /// reading thread when there are two, and for Parquet also when the last commit fails.

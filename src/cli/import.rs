@@ -69,16 +69,16 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
     }
     let p = cap.profile(name)?;
     if let Some(p) = cap.partial {
-        eprintln!("ntprof-perf: warning: {}", partial_warning(file, p));
+        ntprof_perf::say!("ntprof-perf: warning: {}", partial_warning(file, p));
     }
     if let Some(cpus) = cap.split {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: note: {} has no FINISHED_ROUND records (perf inject writes none when it merges a `perf record --threads` directory): its {cpus} CPUs' records are read one ring per CPU and merged by time, as the directory's are",
             file.display()
         );
     }
     if let Some(bytes) = cap.unrounded {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: note: {} has no FINISHED_ROUND records (perf inject writes none when it merges a `perf record --threads` directory), and its records cannot be read one ring per CPU (a CPU's samples out of time order, or no CPU in them), so its {} MB of records are sorted in memory, about twice that; import the directory itself to read it ring by ring in a few MB",
             file.display(),
             bytes >> 20
@@ -92,7 +92,7 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
     let sys = if cap.host.is_some() && cap.host == here {
         SysBlock::default()
     } else {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: {} was recorded on {}, not here: devices are shown as MAJ:MIN",
             file.display(),
             cap.host.as_deref().unwrap_or("an unnamed host")
@@ -101,7 +101,7 @@ fn prepare(file: &Path, name: Option<&str>, tracefs: Option<&Path>) -> Result<Pr
     };
     let plan = cap.plan(p, sys)?;
     for n in &plan.notes {
-        eprintln!("ntprof-perf: {n}");
+        ntprof_perf::say!("ntprof-perf: {n}");
     }
     Ok(Prepared {
         cap,
@@ -186,10 +186,10 @@ fn report_end(
     never: &[String],
 ) {
     let health = &replayed.health;
-    eprintln!("ntprof-perf: {what}; {}", health.line());
-    eprintln!("ntprof-perf: clock: {cap_clock}");
+    ntprof_perf::say!("ntprof-perf: {what}; {}", health.line());
+    ntprof_perf::say!("ntprof-perf: clock: {cap_clock}");
     if !never.is_empty() {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: warning: none of the I/Os of {} completed in the capture (their rows are `incomplete`){}",
             never.join(", "),
             if profile == "bio" {
@@ -202,7 +202,7 @@ fn report_end(
     if rows > 0 && health.counters.incomplete == rows {
         // A capture takes every device perf's filters let through; live, the bio
         // profile refuses a request-based disk before tracing.
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: warning: none of the {rows} I/Os completed in the capture{}",
             if profile == "bio" {
                 ": the kernel traces bio completions (block_bio_complete) for bio-based devices only (dm, md, zram); a request-based disk's bios never complete in the trace: import with --profile block"
@@ -214,20 +214,20 @@ fn report_end(
         );
     }
     if health.lost > 0 {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: warning: the capture lost {} samples because perf's rings were full (LOST records); record again with a larger `perf record -m` (pages per CPU) or `-r` (real-time priority)",
             health.lost
         );
         // A LOST record does not say of which events: the I/Os seen in part are each
         // `dropped` or a completion unmatched; those it took whole are only estimated.
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: the lost samples cost {} I/Os seen in part (rows `dropped`, or a completion unmatched) and ≈{} I/Os whose every event was lost",
             health.lost_ios,
             health.whole_ios_lost()
         );
     }
     if health.duplicates > 0 {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: warning: the capture holds {} twice, byte for byte (perf wrote part of a ring again); each was used once",
             match health.duplicates {
                 1 => "1 sample".to_string(),
@@ -236,10 +236,10 @@ fn report_end(
         );
     }
     if let Some(n) = &replayed.narrowed {
-        eprintln!("ntprof-perf: warning: {n}");
+        ntprof_perf::say!("ntprof-perf: warning: {n}");
     }
     if health.throttled > 0 {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: warning: the kernel throttled sampling {} times (THROTTLE records): the samples not taken are in no count",
             health.throttled
         );

@@ -123,7 +123,7 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         Some(DutyFlag::Off) | None => None,
     };
     for n in &plan.notes {
-        eprintln!("ntprof-perf: {n}");
+        ntprof_perf::say!("ntprof-perf: {n}");
     }
     Ok(Ready {
         profile: p,
@@ -425,7 +425,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     let pipe: &mut dyn Stages = match r.defer {
         Some(cap) => deferred.insert(Deferred::new(pipe, cap).on_finish(|n, bytes| {
             if n > 0 {
-                eprintln!(
+                ntprof_perf::say!(
                     "{}ntprof-perf: tracing stopped; correlating the {n} samples held ({}, --defer)",
                     StatusLine::erase_on_stderr(),
                     mib(bytes)
@@ -442,7 +442,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             s.spawn(sink.registry())
                 .context("starting the HTTP thread")?;
             // Said once it serves, as `user`: scripts wait for this line.
-            eprintln!("ntprof-perf: serving http://{addr}/metrics as {user}");
+            ntprof_perf::say!("ntprof-perf: serving http://{addr}/metrics as {user}");
         }
     }
     let started = Instant::now();
@@ -526,7 +526,9 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
                 }
                 Output::Stat(..) | Output::Metrics(..) => 0,
             };
-            eprintln!("ntprof-perf: output closed by its reader after {rows} rows; stopped");
+            ntprof_perf::say!(
+                "ntprof-perf: output closed by its reader after {rows} rows; stopped"
+            );
             finish_child(child.as_mut(), &stop);
             return Ok(0);
         }
@@ -535,7 +537,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             // error, before reporting it: a failed run still says what it saw and lost.
             let _ = finish_output(&mut out, &f.health, traced, r.profile, fixed_rate);
             let what = stopped(&out, |n| format!("after {n} I/Os written to {to}"));
-            eprintln!("ntprof-perf: {what}; {}", f.health.line());
+            ntprof_perf::say!("ntprof-perf: {what}; {}", f.health.line());
             finish_child(child.as_mut(), &stop);
             return Err(f.error.into());
         }
@@ -544,7 +546,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         // The last rows did not reach the file (a full disk at the last flush or
         // Parquet commit): the run's counts are still said, with the error after them.
         let what = stopped(&out, |n| format!("closing {to}, {n} I/Os handed to it"));
-        eprintln!("ntprof-perf: {what}; {}", health.line());
+        ntprof_perf::say!("ntprof-perf: {what}; {}", health.line());
         finish_child(child.as_mut(), &stop);
         return Err(e);
     }
@@ -568,30 +570,30 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
         None => rows,
     };
     if let (Some(h), Some(cap)) = (&held, r.defer) {
-        eprintln!("ntprof-perf: {}", deferred_line(h, cap));
+        ntprof_perf::say!("ntprof-perf: {}", deferred_line(h, cap));
     }
-    eprintln!("ntprof-perf: {rows}; {}", health.line());
+    ntprof_perf::say!("ntprof-perf: {rows}; {}", health.line());
     if health.lost > 0 {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: warning: {} samples were lost because rings were full; rerun with a larger --mmap-pages (now {}) or --realtime",
             health.lost, r.mmap_pages
         );
     }
     if health.dropped > 0 {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: warning: the kernel counted {} samples it never wrote, with no ring full and no LOST record ({}); the I/Os they cut are `dropped` rows; where several requests were in flight at one sector (flushes, a hot block), a completion can still go to its neighbour's request, swapped, never lost (docs/how-it-works.md)",
             health.dropped,
             health.dropped_per_cpu.text()
         );
     }
     if health.cpus_onlined > 0 {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: warning: {} CPUs came online while tracing and were traced from the next drain round on; their events before that were in no ring and no count, and the I/Os they cut are `incomplete` rows or unmatched completions",
             health.cpus_onlined
         );
     }
     if health.cpus_untraced > 0 {
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: warning: {} CPUs came online while tracing and could not be opened (no right to any more: serve gives up root once its events are open): the I/O that ran there is not traced; restart to trace them",
             health.cpus_untraced
         );
@@ -608,29 +610,29 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
                 health.whole_ios_lost()
             ),
         };
-        eprintln!(
+        ntprof_perf::say!(
             "ntprof-perf: the missing samples cost {} I/Os seen in part (records `dropped`, or a completion unmatched) and {unseen}",
             health.lost_ios
         );
     }
     if reason == StopReason::Duration {
-        eprintln!("ntprof-perf: --duration reached");
+        ntprof_perf::say!("ntprof-perf: --duration reached");
     }
     // The command's own status is the run's status, so scripts can wrap commands.
     let cmd = r.command.join(" ");
     let code = match cmd_status {
         None => 0,
         Some(ChildEnd::Exited(c)) => {
-            eprintln!("ntprof-perf: command `{cmd}` exited with status {c}");
+            ntprof_perf::say!("ntprof-perf: command `{cmd}` exited with status {c}");
             c
         }
         // As a shell reports it: 128 + the signal's number.
         Some(ChildEnd::Killed(sig)) => {
-            eprintln!("ntprof-perf: command `{cmd}` was killed by signal {sig}");
+            ntprof_perf::say!("ntprof-perf: command `{cmd}` was killed by signal {sig}");
             128 + sig
         }
         Some(ChildEnd::Abandoned) => {
-            eprintln!(
+            ntprof_perf::say!(
                 "ntprof-perf: command `{cmd}` did not end after SIGTERM; killed it (SIGKILL)"
             );
             128 + libc::SIGKILL

@@ -24,9 +24,9 @@ pub fn merge(a: &MergeArgs) -> Result<i32> {
         out.record_with_clock(rec.as_ref(), *clock)?;
     }
     out.finish()?;
-    eprintln!("ntprof-perf: merge: {}", merged.summary);
+    ntprof_perf::say!("ntprof-perf: merge: {}", merged.summary);
     if let Some(w) = merged.warning {
-        eprintln!("ntprof-perf: warning: {w}");
+        ntprof_perf::say!("ntprof-perf: warning: {w}");
     }
     Ok(0)
 }

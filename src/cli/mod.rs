@@ -99,7 +99,7 @@ fn perf_record_line(words: &[String], tfs: &Tracefs) -> Result<String> {
     };
     let plan = p.plan(&ctx)?;
     for n in &plan.notes {
-        eprintln!("ntprof-perf: {n}");
+        ntprof_perf::say!("ntprof-perf: {n}");
     }
     let mut line = String::from("perf record -a -k mono");
     for e in &plan.events {

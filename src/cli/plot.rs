@@ -29,7 +29,7 @@ pub fn plot(a: &PlotArgs) -> Result<i32> {
     let svg = draw::svg(&data, &opts, &out)?;
     std::fs::write(&a.output, svg).with_context(|| format!("cannot write {out}"))?;
     let groups: Vec<&str> = data.groups.iter().map(|g| g.name.as_str()).collect();
-    eprintln!(
+    ntprof_perf::say!(
         "ntprof-perf: {out}: {:?} of {} groups ({})",
         a.kind,
         groups.len(),

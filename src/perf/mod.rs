@@ -186,7 +186,11 @@ pub(crate) fn kernel_unavailable(why: &str) {
     if std::env::var("NTPROF_REQUIRE_KERNEL").as_deref() == Ok("1") {
         panic!("NTPROF_REQUIRE_KERNEL=1 but the kernel is not usable: {why}");
     }
-    eprintln!("SKIPPED: {why}");
+    // The test harness captures `eprintln!`, not `say!`.
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("SKIPPED: {why}");
+    }
 }
 
 /// For kernel tests: the tracefs `events` directory, mounting tracefs if needed. `None`

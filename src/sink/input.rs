@@ -68,7 +68,7 @@ impl Input {
             if let Some(n) = rows.cut {
                 // Said here, once for every reader (report, merge, plot): the rows
                 // that follow are all the file holds that can be trusted.
-                eprintln!(
+                crate::say!(
                     "ntprof-perf: warning: {} ends inside a row-group write (the recorder was killed or the disk filled); read its first {n} bytes, up to the last whole footer; `truncate -s {n} {0}` makes it whole for other readers",
                     path.display()
                 );
@@ -170,7 +170,7 @@ impl Input {
         self.project = Some(r.columns);
         if let Some(n) = self.cut.take() {
             // Said here, once for every reader (report, merge, plot).
-            eprintln!(
+            crate::say!(
                 "ntprof-perf: warning: {} ends inside a row (the recorder was killed, the disk filled, or it is still being written); read its first {n} bytes, up to its last whole row",
                 self.path.display()
             );

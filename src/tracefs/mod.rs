@@ -278,7 +278,10 @@ mod tests {
             "only {n} format files under {}",
             t.root().display()
         );
-        eprintln!("parsed {n} live format files");
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("parsed {n} live format files");
+        }
     }
 
     /// An in-memory tree answers as the directory it was taken from.
