@@ -572,9 +572,10 @@ fn piped_into_head_ends_cleanly() {
 
 /// Standard error closed before the run starts (a log reader that died, `2>&1 | head`
 /// that has exited): the messages are lost, the run is not. `record` must not panic in
-/// its first message (exit 101, the rows' file left to chance), and its rows must be
-/// whole: the CSV and the Parquet, one reader thread and two, and `--max-rate`, which
-/// writes its rate changes while it runs.
+/// its first message (exit 101), and its rows must all be written, whole: the CSV and the
+/// Parquet, one reader thread and two, `--max-rate`, and `--defer`, whose first message
+/// ("correlating the N samples held") comes before any row is written: a panic there
+/// wrote none.
 #[test]
 fn a_closed_standard_error_loses_the_messages_not_the_run() {
     if !kernel_ready("a_closed_standard_error_loses_the_messages_not_the_run") {
@@ -589,6 +590,8 @@ fn a_closed_standard_error_loses_the_messages_not_the_run() {
         ("rows.csv", &["--threads", "1"][..]),
         ("rows.csv", &["--threads", "2"]),
         ("rows.parquet", &["--max-rate", "100000"]),
+        ("rows.csv", &["--defer"]),
+        ("rows.parquet", &["--defer"]),
     ] {
         let what = format!("{file} {extra:?}");
         let out_file = dir.join(file);

@@ -932,21 +932,27 @@ fn lost_records_of_a_capture_are_reported_as_a_live_run_reports_them() {
     // What the I/Os that left no sample come to is an estimate, at the samples per I/O
     // of the whole ones, that takes each I/O seen in part to have lost one sample. One
     // that lost two of its three leaves one more sample to it, and so does a lost sample
-    // of no I/O (a merge): it can be a third of the I/Os seen in part above the reads
-    // with no row, and more (184 for 144 with 156 seen in part; 1,765 for 1,690 with
-    // 209, 39 samples beyond three per read). Below them only by what the I/Os seen in
-    // part shift the samples per I/O (a few in a hundred). Not a count: the check is
-    // that it is of the right size, a tenth either way beyond that.
+    // of no I/O (beyond three per read: a merge, a requeue): it can be a third of the
+    // I/Os seen in part above the reads with no row, and a third of the samples beyond
+    // three per read more (184 for 144 with 156 seen in part; 1,765 for 1,690 with 209,
+    // 39 samples beyond three per read; 99 for 46 with 105 seen in part, 70 beyond, of
+    // which at least 53 lost: 263 lost by the 105 seen in part, who have two to lose
+    // each). Below them only by what the I/Os seen in part shift the samples per I/O (a
+    // few in a hundred). Not a count: the check is that it is of the right size, a tenth
+    // either way beyond that.
     let number = |after: &str| -> f64 {
         (err.split(after).nth(1))
             .and_then(|s| s.split(' ').next()?.parse().ok())
             .unwrap_or_else(|| panic!("no `{after}` in the exit lines:\n{err}"))
     };
     let (whole, in_part) = (number("and ≈"), number("the lost samples cost "));
+    let (samples, lost) = (number("; samples "), number("  lost "));
+    let beyond = (samples + lost - 3.0 * 8192.0).max(0.0);
     let unseen = 8192.0 - rows.len() as f64;
     assert!(
-        whole >= 0.9 * unseen - 2.0 && whole <= 1.1 * unseen + in_part / 3.0 + 2.0,
-        "≈{whole} I/Os lost whole, {unseen} of fio's reads have no row, {in_part} seen in part:\n{err}"
+        whole >= 0.9 * unseen - 2.0 && whole <= 1.1 * unseen + in_part / 3.0 + beyond / 3.0 + 2.0,
+        "≈{whole} I/Os lost whole, {unseen} of fio's reads have no row, {in_part} seen in part, \
+         {beyond} samples beyond three per read:\n{err}"
     );
     for p in [&data, &csv, &json] {
         let _ = std::fs::remove_file(p);
