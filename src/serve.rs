@@ -1,11 +1,15 @@
 //! The HTTP side of `serve`: a small synchronous server that answers `GET /metrics`
 //! (and `/` with a link) from the registry the tracing thread fills, and nothing else.
 //!
-//! Each connection gets its own short-lived thread with read and write deadlines, so a
-//! client that is slow, idle, or never reads its answer holds only its own thread, for
-//! at most [`DEADLINE`], and never the tracing thread: that one only updates the
-//! metrics, which an encode locks one histogram at a time. At most [`MAX_CLIENTS`]
-//! connections are served at once; more are closed at once.
+//! Each connection gets its own short-lived thread with one deadline for the whole
+//! exchange, so a client that is slow, idle, or never reads its answer holds only its
+//! own thread, for at most [`DEADLINE`], and never the tracing thread: that one only
+//! updates the metrics, which an encode locks one histogram at a time. At most
+//! [`MAX_CLIENTS`] connections are served at once; more are closed at once.
+//!
+//! The deadline is the exchange's, not each read's or write's: with a timeout per call,
+//! a client that sends its request (or reads the answer) a byte every few seconds kept
+//! its thread for hours, and [`MAX_CLIENTS`] such clients refused every scrape.
 
 use crate::sink::metrics::{openmetrics, prometheus_text};
 use prometheus_client::registry::Registry;
@@ -13,7 +17,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The longest a client may take to send its request or read the answer.
 pub const DEADLINE: Duration = Duration::from_secs(5);
@@ -34,6 +38,8 @@ pub enum ServeError {
 /// A bound listener, not yet serving: bind before dropping privileges.
 pub struct Server {
     listener: TcpListener,
+    /// The whole exchange's limit: [`DEADLINE`] but in tests.
+    deadline: Duration,
 }
 
 impl Server {
@@ -42,7 +48,10 @@ impl Server {
             addr: addr.to_string(),
             source,
         })?;
-        Ok(Server { listener })
+        Ok(Server {
+            listener,
+            deadline: DEADLINE,
+        })
     }
 
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
@@ -68,10 +77,11 @@ impl Server {
             }
             let registry = Arc::clone(&registry);
             let done = Arc::clone(&busy);
+            let until = Instant::now() + self.deadline;
             let spawned = std::thread::Builder::new()
                 .name("ntprof-http-client".into())
                 .spawn(move || {
-                    let _ = answer(stream, &registry);
+                    let _ = answer(Timed { stream, until }, &registry);
                     done.fetch_sub(1, Ordering::AcqRel);
                 });
             if spawned.is_err() {
@@ -89,9 +99,42 @@ enum Asked {
     Refused(u16, &'static str),
 }
 
-fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(DEADLINE))?;
-    stream.set_write_timeout(Some(DEADLINE))?;
+/// A connection whose every read and write must end by `until`: each call waits at
+/// most what is left, and none starts once it has passed.
+struct Timed {
+    stream: TcpStream,
+    until: Instant,
+}
+
+impl Timed {
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
+        self.stream.read(buf)
+    }
+}
+
+impl Write for Timed {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.left()?))?;
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+fn answer(mut stream: Timed, registry: &Registry) -> std::io::Result<()> {
     let asked = match read_head(&mut stream) {
         Ok(head) => parse(&head),
         Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
@@ -138,7 +181,7 @@ fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
 
 /// The request line and headers, up to the blank line; `InvalidData` past
 /// [`MAX_HEAD`].
-fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
+fn read_head(stream: &mut impl Read) -> std::io::Result<String> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -189,6 +232,54 @@ fn parse(head: &str) -> Asked {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Clients that send their request a byte every 50 ms take every slot; each is cut
+    /// at the deadline, so a scrape is answered soon after. (With a timeout per read,
+    /// each would have held its slot until its head passed [`MAX_HEAD`]: 7 minutes.)
+    #[test]
+    fn clients_that_drip_their_request_are_cut_at_the_deadline() {
+        let mut server = Server::bind("127.0.0.1:0").unwrap();
+        server.deadline = Duration::from_millis(300);
+        let addr = server.local_addr().unwrap();
+        server.spawn(Arc::new(Registry::default())).unwrap();
+        let t0 = Instant::now();
+        let drippers: Vec<_> = (0..MAX_CLIENTS)
+            .map(|_| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(b"G").unwrap();
+                std::thread::spawn(move || {
+                    while t0.elapsed() < Duration::from_secs(20) {
+                        std::thread::sleep(Duration::from_millis(50));
+                        if s.write_all(b"X").is_err() {
+                            return true;
+                        }
+                    }
+                    false
+                })
+            })
+            .collect();
+        let scrape = || -> Option<String> {
+            let mut s = TcpStream::connect(addr).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").ok()?;
+            let mut out = String::new();
+            s.read_to_string(&mut out).ok()?;
+            Some(out).filter(|o| o.starts_with("HTTP/1.1 200"))
+        };
+        let answered = std::iter::repeat_with(|| {
+            std::thread::sleep(Duration::from_millis(100));
+            scrape()
+        })
+        .take_while(|_| t0.elapsed() < Duration::from_secs(15))
+        .any(|a| a.is_some());
+        assert!(
+            answered,
+            "no scrape answered while the drippers held every slot"
+        );
+        for d in drippers {
+            assert!(d.join().unwrap(), "a dripper was never cut off");
+        }
+    }
 
     #[test]
     fn only_get_of_metrics_and_the_index_is_answered() {
