@@ -946,9 +946,11 @@ fn lost_records_of_a_capture_are_reported_as_a_live_run_reports_them() {
             .unwrap_or_else(|| panic!("no `{after}` in the exit lines:\n{err}"))
     };
     let (whole, in_part) = (number("and ≈"), number("the lost samples cost "));
+    // fio's reads: --io_size=32M in 4k blocks.
+    let reads = 8192.0;
     let (samples, lost) = (number("; samples "), number("  lost "));
-    let beyond = (samples + lost - 3.0 * 8192.0).max(0.0);
-    let unseen = 8192.0 - rows.len() as f64;
+    let beyond = (samples + lost - 3.0 * reads).max(0.0);
+    let unseen = reads - rows.len() as f64;
     assert!(
         whole >= 0.9 * unseen - 2.0 && whole <= 1.1 * unseen + in_part / 3.0 + beyond / 3.0 + 2.0,
         "≈{whole} I/Os lost whole, {unseen} of fio's reads have no row, {in_part} seen in part, \
