@@ -688,6 +688,18 @@ fn a_full_disk_stops_the_run_and_says_what_it_saw() {
         };
         let samples = after("; samples ");
         assert!(written > 0, "{what}: {line}");
+        // What the file holds, whole, is what the line says: all that was written, or
+        // the count it gives when a write that failed took some (a full disk keeps the
+        // whole rows of what it took; Parquet, the row groups committed before).
+        let held = number_after(line, "; ").unwrap_or(written);
+        assert!(held <= written, "{what}: {line}");
+        let report = run_ok(Command::new(bin()).arg("report").arg(&out_file));
+        let head = String::from_utf8_lossy(&report.stdout);
+        assert_eq!(
+            number_after(&head, "profile block, "),
+            Some(held),
+            "{what}: the file against the exit line: {line}\n{head}"
+        );
         // Each block I/O is at least its issue and its completion, but for the samples
         // the counts say were lost or dropped (the kernel drops one now and then).
         let missing = after("  lost ") + after("  dropped ");

@@ -3,7 +3,7 @@
 //! it (see `ntprof_perf::import`).
 
 use super::args::{ImportArgs, Rows, StatArgs};
-use super::live::row_writer;
+use super::live::{row_writer, RowsTo};
 use anyhow::Result;
 use clap::parser::ValueSource;
 use ntprof_perf::device::{dev_text, SysBlock};
@@ -267,7 +267,7 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
         ..FileInfo::this_host(schema, 1, clock)
     };
     let (writer, written_to) = row_writer(&a.rows.output, a.rows.format, schema, clock, &info)?;
-    let to = to.map_or(written_to, str::to_string);
+    let to = to.map_or(written_to, |name| RowsTo(vec![name.to_string()]));
     let mut rec = Recorder::new(writer, a.rows.min_latency, StatusLine::on_stderr());
     let described = format!(
         "{}{}",
@@ -279,9 +279,32 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
         }
     );
     let mut by_dev = ByDevice::new(&mut rec, schema);
-    let replayed = cap.replay(plan.stages.as_mut(), &mut by_dev)?;
+    let replayed = cap.replay(plan.stages.as_mut(), &mut by_dev);
     let never = by_dev.never_completed();
-    rec.finish(Some(&replayed.health))?;
+    // The rows handed over before an error (a capture that turns bad part way, a full
+    // disk) are kept: the outputs are finished once either way (a second finish would
+    // write Parquet's footer again, over nothing), and the exit line says what they hold.
+    let done = match replayed {
+        Ok(r) => rec
+            .finish(Some(&r.health))
+            .map(|()| r)
+            .map_err(anyhow::Error::from),
+        Err(e) => {
+            let _ = rec.finish(None);
+            Err(e.into())
+        }
+    };
+    let replayed = match done {
+        Ok(r) => r,
+        Err(e) => {
+            let n = rec.written();
+            ntprof_perf::say!(
+                "ntprof-perf: import stopped by an error after {n} I/Os written to {to}{}",
+                to.held(&rec.kept(), n)
+            );
+            return Err(e);
+        }
+    };
     let rows = match rec.min_ns() {
         None => format!("{} I/Os written to {to}", rec.written()),
         Some(min) => format!(

@@ -238,7 +238,7 @@ pub(super) fn row_writer(
     schema: &'static ntprof_perf::record::Schema,
     clock: WallClock,
     info: &dyn Fn() -> FileInfo,
-) -> Result<(Box<dyn RowWriter>, String)> {
+) -> Result<(Box<dyn RowWriter>, RowsTo)> {
     let mut writers: Vec<Box<dyn RowWriter>> = Vec::new();
     for path in output {
         let f = match path.extension() {
@@ -258,10 +258,9 @@ pub(super) fn row_writer(
         writers.push(Box::new(CsvSink::create(None, schema, clock)?));
     }
     let to = if output.is_empty() {
-        "standard output".to_string()
+        RowsTo(vec!["standard output".to_string()])
     } else {
-        let names: Vec<String> = output.iter().map(|p| p.display().to_string()).collect();
-        names.join(", ")
+        RowsTo(output.iter().map(|p| p.display().to_string()).collect())
     };
     let writer: Box<dyn RowWriter> = if writers.len() == 1 {
         writers.remove(0)
@@ -269,6 +268,37 @@ pub(super) fn row_writer(
         Box::new(Tee(writers))
     };
     Ok((writer, to))
+}
+
+/// Where `record`'s rows go, for the exit line: the outputs' names, in the order given
+/// (joined by commas when shown).
+#[derive(Debug, Clone, Default)]
+pub(super) struct RowsTo(pub(super) Vec<String>);
+
+impl std::fmt::Display for RowsTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join(", "))
+    }
+}
+
+impl RowsTo {
+    /// What the outputs hold of the `written` rows handed to them (`kept`, per output),
+    /// said when one holds fewer: after a write that failed, the count handed over is
+    /// not what the user has.
+    pub(super) fn held(&self, kept: &[u64], written: u64) -> String {
+        if kept.len() != self.0.len() || kept.iter().all(|&k| k == written) {
+            return String::new();
+        }
+        if let [k] = kept {
+            return format!(
+                "; {k} of them are in it (the rest were lost with the write that failed)"
+            );
+        }
+        let each: Vec<String> = (self.0.iter().zip(kept))
+            .map(|(name, k)| format!("{name} {k}"))
+            .collect();
+        format!("; of them, the outputs hold: {}", each.join(", "))
+    }
 }
 
 pub fn serve(mut a: ServeArgs, flags: &clap::ArgMatches) -> Result<i32> {
@@ -293,7 +323,7 @@ pub fn serve(mut a: ServeArgs, flags: &clap::ArgMatches) -> Result<i32> {
     run(
         r,
         Output::Metrics(Box::new(sink), Some(server), a.user),
-        String::new(),
+        RowsTo::default(),
     )
 }
 
@@ -342,12 +372,12 @@ pub fn stat(a: StatArgs, flags: &clap::ArgMatches) -> Result<i32> {
     let mut format = a.show.format();
     format.intervals = interval.is_some();
     let sink = StatSink::new(r.profile.schema(), Box::new(std::io::stdout()), format);
-    run(r, Output::Stat(Box::new(sink), interval), String::new())
+    run(r, Output::Stat(Box::new(sink), interval), RowsTo::default())
 }
 
 /// Open the plan's events, run until a stop condition, report.
 /// `to` names where rows go, for the exit line.
-fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
+fn run(mut r: Ready, mut out: Output, to: RowsTo) -> Result<i32> {
     // A --max-rate run opens each sampled event once per part of its sample.
     let parts = r
         .plan
@@ -536,7 +566,7 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
             // Rows already handed to the sink are flushed, with the counts as of the
             // error, before reporting it: a failed run still says what it saw and lost.
             let _ = finish_output(&mut out, &f.health, traced, r.profile, fixed_rate);
-            let what = stopped(&out, |n| format!("after {n} I/Os written to {to}"));
+            let what = stopped(&out, &to, |n| format!("after {n} I/Os written to {to}"));
             ntprof_perf::say!("ntprof-perf: {what}; {}", f.health.line());
             finish_child(child.as_mut(), &stop);
             return Err(f.error.into());
@@ -545,7 +575,9 @@ fn run(mut r: Ready, mut out: Output, to: String) -> Result<i32> {
     if let Err(e) = finish_output(&mut out, &health, traced, r.profile, fixed_rate) {
         // The last rows did not reach the file (a full disk at the last flush or
         // Parquet commit): the run's counts are still said, with the error after them.
-        let what = stopped(&out, |n| format!("closing {to}, {n} I/Os handed to it"));
+        let what = stopped(&out, &to, |n| {
+            format!("closing {to}, {n} I/Os handed to it")
+        });
         ntprof_perf::say!("ntprof-perf: {what}; {}", health.line());
         finish_child(child.as_mut(), &stop);
         return Err(e);
@@ -693,10 +725,14 @@ fn finish_child(child: Option<&mut Child>, stop: &AtomicBool) -> Option<ChildEnd
 }
 
 /// The exit line's start when an error stopped the run; `rows` says where rows went
-/// from the count of those written.
-fn stopped(out: &Output, rows: impl Fn(u64) -> String) -> String {
+/// from the count of those written, and what the outputs hold of them follows.
+fn stopped(out: &Output, to: &RowsTo, rows: impl Fn(u64) -> String) -> String {
     match out {
-        Output::Rows(s) => format!("stopped by an error {}", rows(s.written())),
+        Output::Rows(s) => format!(
+            "stopped by an error {}{}",
+            rows(s.written()),
+            to.held(&s.kept(), s.written())
+        ),
         Output::Stat(..) => "stat stopped by an error".to_string(),
         Output::Metrics(..) => "serve stopped by an error".to_string(),
     }

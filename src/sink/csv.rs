@@ -32,6 +32,11 @@ pub struct CsvSink {
     what: String,
     clock: WallCache,
     rows: u64,
+    /// Rows the output holds: handed to it whole (see [`CsvSink::kept`]).
+    kept: u64,
+    /// Of what is buffered, the rows, and the other lines (the header) ahead of them.
+    pending_rows: u64,
+    pending_other: u64,
 }
 
 impl CsvSink {
@@ -76,6 +81,9 @@ impl CsvSink {
             what,
             clock: WallCache::new(clock),
             rows: 0,
+            kept: 0,
+            pending_rows: 0,
+            pending_other: 0,
         }
     }
 
@@ -124,6 +132,7 @@ impl CsvSink {
             self.buf.resize(self.filled + len + ROOM, 0);
         }
         self.rows += 1;
+        self.pending_rows += 1;
         if self.filled >= CHUNK {
             self.write_buffered()?;
         }
@@ -138,6 +147,7 @@ impl CsvSink {
         }
         self.buf[self.filled..end].copy_from_slice(bytes);
         self.filled = end;
+        self.pending_other += bytes.iter().filter(|&&b| b == b'\n').count() as u64;
     }
 
     /// A record whose start is rendered with another recording's clock (`merge`).
@@ -154,6 +164,13 @@ impl CsvSink {
 
     pub fn rows(&self) -> u64 {
         self.rows
+    }
+
+    /// Rows the output holds now, whole: those rendered less those still buffered and
+    /// those that went with a write that failed (a full disk keeps the whole lines of
+    /// what it took, see `write_buffered`).
+    pub fn kept(&self) -> u64 {
+        self.kept
     }
 
     fn write_buffered(&mut self) -> Result<(), SinkError> {
@@ -182,7 +199,14 @@ impl CsvSink {
                 }
             }
             done = whole;
+            // Rare (the run stops here), so the lines that went out are counted now
+            // rather than on every write.
+            let lines = self.buf[..done].iter().filter(|&&b| b == b'\n').count() as u64;
+            self.pending_rows = lines.saturating_sub(self.pending_other);
         }
+        self.kept += self.pending_rows;
+        self.pending_rows = 0;
+        self.pending_other = 0;
         self.committed += done as u64;
         self.filled = 0;
         res.map_err(|source| self.err(source))
@@ -472,6 +496,10 @@ impl super::recorder::RowWriter for CsvSink {
     fn finish(&mut self) -> Result<(), SinkError> {
         CsvSink::finish(self)
     }
+
+    fn kept(&self) -> Vec<u64> {
+        vec![CsvSink::kept(self)]
+    }
 }
 
 #[cfg(test)]
@@ -534,6 +562,8 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         // 27 bytes went out: 6 whole lines (25 bytes) and two bytes of the next.
         assert_eq!(text, "a,b\n1,2\n3,4\n5,6\n7,8\n9,10\n");
+        // Lines put whole are not rows: none is counted kept.
+        assert_eq!(s.kept(), 0);
         let _ = std::fs::remove_file(path);
     }
 

@@ -315,6 +315,8 @@ pub struct ParquetSink {
     /// Per row group written: the sampling rates of its rows (one, unless `--max-rate`
     /// changed it within the group), kept as `ntprof.sample.row_groups`.
     group_rates: Vec<Vec<u32>>,
+    /// Rows the file holds, readable: those of the row groups its last commit covers.
+    kept: u64,
 }
 
 impl ParquetSink {
@@ -368,6 +370,7 @@ impl ParquetSink {
             health: None,
             rates: Vec::new(),
             group_rates: Vec::new(),
+            kept: 0,
         };
         // An empty but readable file from the start (no row group yet).
         s.commit()?;
@@ -476,6 +479,9 @@ impl ParquetSink {
                 what: self.what.clone(),
                 source,
             })?;
+        self.kept = (self.writer.flushed_row_groups().iter())
+            .map(|g| g.num_rows() as u64)
+            .sum();
         self.rows_in_group = 0;
         self.last_group = Instant::now();
         Ok(())
@@ -526,7 +532,7 @@ impl RowWriter for ParquetSink {
             self.writer
                 .append_key_value_metadata(KeyValue::new(SAMPLE_KEY.to_string(), g));
         }
-        self.writer.finish().map_err(|e| self.perr(e))?;
+        let meta = self.writer.finish().map_err(|e| self.perr(e))?;
         // The writer's own footer (with page indexes) is now the pending data.
         self.writer
             .inner_mut()
@@ -534,7 +540,13 @@ impl RowWriter for ParquetSink {
             .map_err(|source| SinkError::Write {
                 what: self.what.clone(),
                 source,
-            })
+            })?;
+        self.kept = meta.file_metadata().num_rows() as u64;
+        Ok(())
+    }
+
+    fn kept(&self) -> Vec<u64> {
+        vec![self.kept]
     }
 }
 

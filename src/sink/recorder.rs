@@ -18,6 +18,10 @@ pub trait RowWriter {
     fn flush(&mut self) -> Result<(), SinkError>;
     /// Flush and close; the error is returned, never swallowed.
     fn finish(&mut self) -> Result<(), SinkError>;
+    /// Per output, in the order given: the rows it holds now, whole and readable. Less
+    /// than those written while some are buffered, and after a write that failed (a
+    /// full disk), which is when it is asked: what the file has is what the user has.
+    fn kept(&self) -> Vec<u64>;
     /// The run's counters so far, for a format that keeps them with the rows (Parquet
     /// metadata); the last call before `finish` has the final ones.
     fn health(&mut self, _health: &Health) {}
@@ -35,6 +39,9 @@ impl RowWriter for Tee {
     }
     fn health(&mut self, health: &Health) {
         self.0.iter_mut().for_each(|w| w.health(health))
+    }
+    fn kept(&self) -> Vec<u64> {
+        self.0.iter().flat_map(|w| w.kept()).collect()
     }
     /// Every writer is finished even when one fails; the first error is returned.
     fn finish(&mut self) -> Result<(), SinkError> {
@@ -206,6 +213,11 @@ impl Recorder {
         self.written
     }
 
+    /// Per output, the rows it holds now (see [`RowWriter::kept`]).
+    pub fn kept(&self) -> Vec<u64> {
+        self.writer.kept()
+    }
+
     /// The `--min-latency` threshold, when rows are filtered.
     pub fn min_ns(&self) -> Option<u64> {
         self.min_ns
@@ -288,6 +300,9 @@ mod tests {
         }
         fn finish(&mut self) -> Result<(), SinkError> {
             Ok(())
+        }
+        fn kept(&self) -> Vec<u64> {
+            vec![self.0.lock().unwrap().len() as u64]
         }
     }
 
