@@ -392,20 +392,34 @@ fn pipe_mode_and_the_other_readers_of_a_capture() {
 
 /// The types of the records in a file-mode perf.data's data section.
 fn record_types(data: &Path) -> Vec<u32> {
-    let d = std::fs::read(data).unwrap();
-    let le64 = |at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap()) as usize;
-    // perf_file_header: magic, size, attr_size, attrs section, data section (offset, size).
-    let (mut at, end) = (le64(40), le64(40) + le64(48));
-    let mut types = Vec::new();
-    while at + 8 <= end.min(d.len()) {
-        types.push(u32::from_le_bytes(d[at..at + 4].try_into().unwrap()));
+    records(&std::fs::read(data).unwrap())
+        .into_iter()
+        .map(|(_, ty)| ty)
+        .collect()
+}
+
+/// Where each record of a file-mode perf.data's data section starts, and its type, up
+/// to a record of size 0 (which no perf writes).
+fn records(d: &[u8]) -> Vec<(usize, u32)> {
+    let (mut at, end) = data_section(d);
+    let end = end.min(d.len());
+    let mut found = Vec::new();
+    while at + 8 <= end {
+        found.push((at, u32::from_le_bytes(d[at..at + 4].try_into().unwrap())));
         let size = u16::from_le_bytes(d[at + 6..at + 8].try_into().unwrap()) as usize;
         if size == 0 {
             break;
         }
         at += size;
     }
-    types
+    found
+}
+
+/// The data section of a file-mode perf.data: its start and its end.
+fn data_section(d: &[u8]) -> (usize, usize) {
+    let le64 = |at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap()) as usize;
+    // perf_file_header: magic, size, attr_size, attrs section, data section (offset, size).
+    (le64(40), le64(40) + le64(48))
 }
 
 /// `perf record -z` (zstd-compressed records, one stream through the whole file, an
@@ -862,19 +876,12 @@ fn a_capture_that_turns_bad_part_way_keeps_the_rows_made_before_it() {
     import(&data, &full);
     let whole = std::fs::read_to_string(&full).unwrap();
     let mut bytes = std::fs::read(&data).unwrap();
-    let at = |b: &[u8], i: usize, n: usize| {
-        let mut w = [0u8; 8];
-        w[..n].copy_from_slice(&b[i..i + n]);
-        u64::from_le_bytes(w) as usize
-    };
-    // The data section's place in the header, then its records walked to its middle.
-    let (off, size) = (at(&bytes, 40, 8), at(&bytes, 48, 8));
-    let mut rec = off;
-    while rec < off + size / 2 {
-        let len = at(&bytes, rec + 6, 2);
-        assert!(len >= 8, "record at {rec}: size {len}");
-        rec += len;
-    }
+    // The first record at or past the middle of the data section.
+    let (start, end) = data_section(&bytes);
+    let (rec, _) = records(&bytes)
+        .into_iter()
+        .find(|&(at, _)| at >= start + (end - start) / 2)
+        .expect("a record past the data section's middle");
     bytes[rec + 6..rec + 8].copy_from_slice(&4u16.to_le_bytes());
     std::fs::write(&data, &bytes).unwrap();
     let out = Command::new(bin())
