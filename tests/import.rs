@@ -701,12 +701,17 @@ fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
             "{err}"
         );
         // No warning but the one for a sample perf wrote twice (perf 6.1 does now and
-        // then; seen in a soak run: `duplicates 1`, the 37 rows right).
+        // then; seen in a soak run: `duplicates 1`, the 37 rows right), and, from the
+        // unfiltered line, one for another disk whose I/O perf stopped before it
+        // completed (seen in a soak run: vda's). Nothing may be said of this disk.
         for w in err.lines().filter(|l| l.contains("warning:")) {
-            assert!(
-                w.contains("warning: the capture holds ") && w.contains(" twice, byte for byte"),
-                "{err}"
-            );
+            let twice =
+                w.contains("warning: the capture holds ") && w.contains(" twice, byte for byte");
+            let others = w
+                .split_once("warning: none of the I/Os of ")
+                .and_then(|(_, rest)| rest.split_once(" completed in the capture"))
+                .is_some_and(|(devs, _)| devs.split(", ").all(|d| d != l.name));
+            assert!(twice || others, "{line}\n{err}");
         }
         let out = run_ok(Command::new(bin()).args(["stat", "--input"]).arg(&data));
         let text = String::from_utf8_lossy(&out.stdout);
