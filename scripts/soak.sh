@@ -12,6 +12,9 @@ n=${1:-20}
 shift || true
 case "$n" in '' | *[!0-9]*) echo "usage: $0 N [cargo test args...]" >&2; exit 2 ;; esac
 export NTPROF_REQUIRE_KERNEL=1 NTPROF_VM=0
+# On a fresh machine the tests' tools (fio, DuckDB, ...) are not there yet: without them
+# every run fails in seconds on `fio` not found, which says nothing about flakes.
+./scripts/deps.sh || exit 1
 # The profile-guided build's tests (tests/pgo.rs) run when test.sh or build-pgo.sh made it.
 if [ -x target/pgo/release/ntprof-perf ]; then
     export NTPROF_PGO_BIN=$PWD/target/pgo/release/ntprof-perf
