@@ -198,12 +198,12 @@ impl Health {
     pub fn whole_ios_lost(&self) -> u64 {
         let complete = (self.records).saturating_sub(self.counters.incomplete + self.counters.cut);
         let ios = complete + self.lost_ios;
-        let per_io = self.samples + self.lost_ios;
+        let samples_of_seen = self.samples + self.lost_ios;
         if complete == 0 || self.samples == 0 {
             return 0;
         }
         let rest = self.missing().saturating_sub(self.lost_ios);
-        (rest as f64 * ios as f64 / per_io as f64).round() as u64
+        (rest as f64 * ios as f64 / samples_of_seen as f64).round() as u64
     }
 
     /// I/Os that began while tracing by the kernel's count ([`Starts`]) and are in
