@@ -133,6 +133,21 @@ impl Profile for Block {
                 "block_rq_insert {why}: rows have d2c only, q2d and q2c are empty"
             ));
         }
+        // Through a scheduler, a queued request merged into another is inserted and
+        // never issued: without the merge it waits at its sector, the next I/O's issue
+        // there takes its insert, and so on, the last one `incomplete` (a `perf record`
+        // of insert, issue and complete only, through mq-deadline). Inferring the merge
+        // from an issue that grew over it was measured and not kept: in a hot region
+        // bios merged into that request overlap requests still queued on their own.
+        if inserts && !ctx.opens("block", "block_rq_merge") {
+            b.note(
+                "block_rq_merge is not in the capture: where the scheduler merged a queued \
+                 request into another, the later requests at its sector have q2d from the \
+                 one before and the last is `incomplete` (`perf record -e \
+                 block:block_rq_merge` traces the merges; `ntprof-perf list --perf-record \
+                 block` prints the whole line)",
+            );
+        }
         Ok(b.build(BlockCorrelator::new(BlockConfig {
             devices: devs,
             names: ctx.sys.names(),
