@@ -22,13 +22,13 @@ fi
 logs=target/soak
 mkdir -p "$logs"
 rm -f "$logs"/run-*.log
-cargo test --release --no-run -q "$@" || exit 1
+cargo test --profile ci --no-run -q "$@" || exit 1
 failed_runs=0
 start=$(date +%s)
 for i in $(seq 1 "$n"); do
     log="$logs/run-$i.log"
     # --nocapture: the exit lines of every run are kept, to count the kernel's drops.
-    if cargo test --release "$@" -- --nocapture >"$log" 2>&1; then
+    if cargo test --profile ci "$@" -- --nocapture >"$log" 2>&1; then
         echo "run $i/$n: pass"
     else
         failed_runs=$((failed_runs + 1))

@@ -23,7 +23,7 @@
 //! capture of bios crowded onto few sectors.
 //!
 //! More trials, or a capture of your own, for a search:
-//! `NTPROF_DROPS_TRIALS=5000 NTPROF_DROPS_CAPTURE=x.data cargo test --release --test drops -- --nocapture`
+//! `NTPROF_DROPS_TRIALS=5000 NTPROF_DROPS_CAPTURE=x.data cargo test --profile ci --test drops -- --nocapture`
 //! (`NTPROF_DROPS_BIO_CAPTURE` for the bio profile's; the seed of each trial that broke
 //! is printed; `NTPROF_DROPS_SEED` starts there, `NTPROF_DROPS_VERBOSE=all` shows
 //! every wrong row and every sample taken out, `NTPROF_DROPS_P` sets the chance that a
