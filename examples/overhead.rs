@@ -35,7 +35,11 @@
 //! reader takes in, syscalls and sinks included), and samples lost.
 //!
 //! Run as root: `cargo run --release --example overhead -- [SECONDS] [ROUNDS] [MODES]`
-//! (default 5 s per run, 5 rounds, every mode; MODES is a comma-separated list of
+//! (default 2 s per run, 20 rounds, every mode: on a shared host the IOPS drift by a
+//! third within minutes, and short runs close together with many rounds gave the same
+//! head-to-head medians twice where 5 s × 7 gave two that differed by 0.09,
+//! docs/performance.md 2026-12-02; ≈ 9 minutes for `none,floor,perf,bpftrace,stat,
+//! record`, the comparison of issue 20. MODES is a comma-separated list of
 //! none, floor, reject, perf, bpftrace, stat, record, stat2, record2 (`--threads 2`),
 //! statdefer, recorddefer (`--defer`: the CPU shown is the reader's while fio runs; the
 //! correlating after it is in the exit line, not in the table), sample8, sample64, serve, maxrate, and two diagnostics: burn (the floor's reader
@@ -696,8 +700,8 @@ fn main() {
                 .collect()
         }
     };
-    let secs = args.first().copied().unwrap_or(5).max(1);
-    let rounds = args.get(1).copied().unwrap_or(5).max(1) as usize;
+    let secs = args.first().copied().unwrap_or(2).max(1);
+    let rounds = args.get(1).copied().unwrap_or(20).max(1) as usize;
     if modes.contains(&Mode::Serve) && secs < 60 {
         eprintln!(
             "note: serve's events are on 7 s of every 60 (--duty 3/60, from its start): runs shorter than 60 s overstate its cost"
