@@ -76,6 +76,9 @@ struct ReadyState {
     /// Chunks still to make: no more than the cap can hold.
     budget: usize,
     stop: bool,
+    /// Chunks faulted in, and the thread's CPU time doing it.
+    faulted: usize,
+    fault_cpu: Duration,
 }
 
 impl Ready {
@@ -110,12 +113,23 @@ impl Prefault {
                     let Ok(mut b) = HugeBuf::new(CHUNK) else {
                         return;
                     };
+                    let cpu0 = thread_cpu();
                     b.populate();
-                    ready.lock().chunks.push(Mem::Huge(b));
+                    let cpu = thread_cpu().saturating_sub(cpu0);
+                    let mut st = ready.lock();
+                    st.chunks.push(Mem::Huge(b));
+                    st.faulted += 1;
+                    st.fault_cpu += cpu;
                 }
             })
             .ok()?;
         Some(Prefault { shared })
+    }
+
+    /// Chunks faulted in so far, and the CPU time that took.
+    fn cost(&self) -> (usize, Duration) {
+        let st = self.shared.lock();
+        (st.faulted, st.fault_cpu)
     }
 
     fn take(&self) -> Option<Mem> {
@@ -123,6 +137,15 @@ impl Prefault {
         self.shared.wake.notify_one();
         mem
     }
+}
+
+/// This thread's CPU time; zero where the clock cannot be read (the cost is then not
+/// reported, nothing else changes).
+fn thread_cpu() -> Duration {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or_default()
 }
 
 impl Drop for Prefault {
@@ -293,6 +316,13 @@ pub struct DeferStats {
     pub after: u64,
     /// How long handing those on took.
     pub after_time: Duration,
+    /// Memory faulted in ahead of need by the idle-priority thread: chunks of
+    /// [`HUGE_PAGE`], and that thread's CPU time doing it. On a VM whose host takes
+    /// freed memory back (free page reporting), a fresh 2 MiB measured 3-4.5 ms
+    /// against 0.14 for memory the guest still held, which made `--defer` cost the
+    /// workload more than a live run (docs/performance.md, 2026-12-02).
+    pub prefaulted: usize,
+    pub prefault_cpu: Duration,
 }
 
 /// A [`Stages`] that holds every call until [`Stages::finish`] (or until what it holds
@@ -443,6 +473,9 @@ impl Stages for Deferred<'_> {
     }
 
     fn finish(&mut self, out: &mut dyn FnMut(&dyn IoRecord, u32)) {
+        if let Some(p) = &self.spool.prefault {
+            (self.stats.prefaulted, self.stats.prefault_cpu) = p.cost();
+        }
         // Nothing more will be written: the memory made ready and not taken is let go.
         self.spool.prefault = None;
         if let Some(r) = self.round.take() {

@@ -196,7 +196,10 @@ pub struct Selection {
     /// tables are then those a live run makes, exactly. What a reader costs the traced
     /// workload is the CPU it takes from it, and this takes the least (measured side by
     /// side: 2-5 % more of the untraced IOPS than the same command live;
-    /// docs/performance.md). For a measured run
+    /// docs/performance.md), except where fresh memory is slow: on a VM whose host
+    /// takes freed memory back, faulting in the memory that holds the samples cost
+    /// more than correlating them (2 % fewer IOPS than live); the exit line says
+    /// what it cost. For a measured run
     /// whose result is read afterwards (`record -o io.csv -- fio job.fio`). SIZE caps the
     /// memory held (K, M, G: powers of 1024; default 1G, and at most a quarter of the
     /// memory available when the run starts); past it the oldest samples are

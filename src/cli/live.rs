@@ -758,8 +758,28 @@ fn deferred_line(h: &DeferStats, cap: usize) -> String {
             mib(cap)
         ));
     }
+    if h.prefaulted > 0 {
+        let per = h.prefault_cpu.as_secs_f64() * 1e3 / h.prefaulted as f64;
+        line.push_str(&format!(
+            "; faulting in {} ahead took {:.0} ms of CPU at idle priority ({per:.2} ms per 2 MiB)",
+            mib(h.prefaulted * ntprof_perf::perf::HUGE_PAGE),
+            h.prefault_cpu.as_secs_f64() * 1e3
+        ));
+        if per > SLOW_FRESH_MEMORY_MS {
+            line.push_str(
+                ": fresh memory is slow on this machine (a VM whose host takes freed memory \
+                 back?), and that CPU is taken from the workload; here a live run may cost it \
+                 less than --defer (docs/performance.md)",
+            );
+        }
+    }
     line
 }
+
+/// Above this, faulting in 2 MiB of fresh memory is costlier than correlating the
+/// samples it holds: measured 0.14 ms where the guest still held the memory, 3-4.5 ms
+/// on a VM whose host took freed memory back (docs/performance.md, 2026-12-02).
+const SLOW_FRESH_MEMORY_MS: f64 = 1.0;
 
 fn finish_output(
     out: &mut Output,
@@ -785,4 +805,36 @@ fn finish_output(
         Output::Metrics(s, ..) => s.health(health),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deferred_line_says_what_faulting_memory_in_cost_and_when_it_is_slow() {
+        let stats = |prefaulted, ms| DeferStats {
+            peak: 3 << 20,
+            after: 1000,
+            prefaulted,
+            prefault_cpu: Duration::from_micros(ms),
+            ..DeferStats::default()
+        };
+        // As measured where the guest still held the memory, and on a VM whose host
+        // took it back (docs/performance.md, 2026-12-02).
+        let quick = deferred_line(&stats(70, 70 * 140), 1 << 30);
+        assert!(
+            quick.contains("faulting in 140.0 MiB ahead took 10 ms of CPU at idle priority (0.14 ms per 2 MiB)")
+                && !quick.contains("slow"),
+            "{quick}"
+        );
+        let slow = deferred_line(&stats(70, 70 * 3990), 1 << 30);
+        assert!(
+            slow.contains("(3.99 ms per 2 MiB): fresh memory is slow on this machine"),
+            "{slow}"
+        );
+        // Nothing faulted ahead (a cap under 2 MiB, or the thread never ran): no cost.
+        let none = deferred_line(&stats(0, 0), 1 << 20);
+        assert!(!none.contains("faulting"), "{none}");
+    }
 }
