@@ -759,11 +759,11 @@ fn deferred_line(h: &DeferStats, cap: usize) -> String {
         ));
     }
     if h.prefaulted > 0 {
-        let per = h.prefault_cpu.as_secs_f64() * 1e3 / h.prefaulted as f64;
+        let ms = h.prefault_cpu.as_secs_f64() * 1e3;
+        let per = ms / h.prefaulted as f64;
         line.push_str(&format!(
-            "; faulting in {} ahead took {:.0} ms of CPU at idle priority ({per:.2} ms per 2 MiB)",
+            "; faulting in {} ahead took {ms:.0} ms of CPU at idle priority ({per:.2} ms per 2 MiB)",
             mib(h.prefaulted * ntprof_perf::perf::HUGE_PAGE),
-            h.prefault_cpu.as_secs_f64() * 1e3
         ));
         if per > SLOW_FRESH_MEMORY_MS {
             line.push_str(
