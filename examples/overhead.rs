@@ -36,8 +36,8 @@
 //! modes, the difference of their ratios within each round: its median over the rounds,
 //! a distribution-free 95 % interval of that median (from the rounds' order
 //! statistics), and whether the rounds decide the pair's mark at all: on a shared
-//! 2-vCPU host twenty rounds leave an interval about 0.06 wide, wider than the 0.03
-//! margins they are asked about.
+//! 2-vCPU host twenty rounds left intervals 0.04-0.14 wide, wider than the 0.03
+//! margins they are asked about, and eighty about 0.03-0.05 (docs/performance.md).
 //!
 //! Run as root: `cargo run --release --example overhead -- [SECONDS] [ROUNDS] [MODES]`
 //! (default 2 s per run, 20 rounds, every mode: on a shared host the IOPS drift by a
@@ -595,30 +595,29 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// A distribution-free interval for the median of `sorted` (ascending), at confidence
-/// at least `1 - alpha`: `[x(k), x(n+1-k)]` (1-based) for the largest `k` with
-/// P(B ≤ k-1) ≤ alpha/2, B ~ Binomial(n, 1/2), since the median lies below `x(k)`
-/// only when at most k-1 of the n values do. It assumes only that the rounds are
+/// A distribution-free interval for the median of `values`, at confidence at least
+/// `1 - alpha`: `[x(k), x(n+1-k)]` of the sorted values (1-based) for the largest `k`
+/// with P(B ≤ k-1) ≤ alpha/2, B ~ Binomial(n, 1/2): the true median is below `x(k)`
+/// only when at most k-1 of the n values are. It assumes only that the rounds are
 /// independent draws, not that their differences are normal (they are not: a round
 /// with the host busy moves every mode at once). `None` when `n` is too small for any
 /// such interval (fewer than 6 rounds at 95 %).
-fn median_interval(sorted: &[f64], alpha: f64) -> Option<(f64, f64)> {
+fn median_interval(values: &[f64], alpha: f64) -> Option<(f64, f64)> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
     let n = sorted.len();
-    if n == 0 || n > 1000 {
-        // Past 1000 the binomial's terms underflow; no run here has that many rounds.
-        return None;
-    }
-    // The binomial CDF term by term: P(B = i) = C(n, i) / 2^n.
-    let mut p = 0.5f64.powi(n as i32);
+    // The binomial CDF term by term, P(B = i) = C(n, i) / 2^n, from its logarithm: for
+    // thousands of rounds the first terms underflow to 0, a mass below 1e-300.
+    let mut ln_p = n as f64 * 0.5f64.ln();
     let mut cdf = 0.0;
     let mut k = 0;
     for i in 0..n {
-        cdf += p;
+        cdf += ln_p.exp();
         if cdf > alpha / 2.0 {
             break;
         }
         k = i + 1;
-        p *= (n - i) as f64 / (i + 1) as f64;
+        ln_p += ((n - i) as f64 / (i + 1) as f64).ln();
     }
     (k >= 1 && k <= n + 1 - k).then(|| (sorted[k - 1], sorted[n - k]))
 }
@@ -1019,6 +1018,17 @@ mod tests {
         assert_eq!(median_interval(&ranks(6), 0.05), Some((1.0, 6.0)));
         assert_eq!(median_interval(&ranks(5), 0.05), None);
         assert_eq!(median_interval(&[], 0.05), None);
+        // Unsorted input is sorted first.
+        let mut shuffled = ranks(20);
+        shuffled.reverse();
+        shuffled.swap(3, 17);
+        assert_eq!(median_interval(&shuffled, 0.05), Some((6.0, 15.0)));
+        // Past the 1,074 rounds where 2^-n underflows: about n/2 ± 1.96 √n / 2.
+        let (lo, hi) = median_interval(&ranks(4000), 0.05).unwrap();
+        assert!(
+            (1937.0..=1939.0).contains(&lo) && hi == 4001.0 - lo,
+            "{lo} {hi}"
+        );
     }
 
     #[test]
