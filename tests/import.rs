@@ -686,8 +686,17 @@ fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
             .into_iter()
             .filter(|r| r["device"] == l.name)
             .collect();
+        // Stock perf too can miss a sample the kernel never wrote (no LOST record; seen
+        // once with a 180 k IOPS fio on the other loop device): a row may lack its end
+        // only for a sample the capture itself is short of.
+        let short = (2 * 37usize).saturating_sub(disk_samples(&data, &l));
         assert_eq!(rows.len(), 37, "{line}\n{err}");
+        let mut cut = 0;
         for r in &rows {
+            if r["status"] == "incomplete" && r["d2c_ns"].is_empty() {
+                cut += 1;
+                continue;
+            }
             assert_eq!(r["status"], "ok", "{line}\n{r:?}\n{err}");
             assert!(inum(r, "d2c_ns") > 0, "{r:?}");
             assert_eq!(
@@ -696,6 +705,10 @@ fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
                 "{r:?}"
             );
         }
+        assert!(
+            cut <= short,
+            "{cut} rows without their end, the capture short of {short} samples\n{line}\n{err}"
+        );
         assert!(
             err.contains("block_rq_insert is not in the capture: rows have d2c only"),
             "{err}"
@@ -717,7 +730,7 @@ fn a_capture_of_issue_and_complete_only_gives_d2c_rows() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(
             table_count(&text, &[&l.name, "write"], "d2c"),
-            Some(37),
+            Some(37 - cut as u64),
             "{text}"
         );
     }
@@ -948,6 +961,19 @@ fn samples_a_capture_holds_twice_are_used_once() {
     );
     assert!(err.contains("holds 111 samples twice"), "{err}");
     let _ = std::fs::remove_file(csv);
+}
+
+/// The samples of `l`'s block events a capture holds, each once (stock perf may write a
+/// sample twice, see `samples_a_capture_holds_twice_are_used_once`): the distinct
+/// `perf script` lines of its `major,minor`.
+fn disk_samples(data: &Path, l: &LoopDev) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = std::fs::metadata(&l.dev).expect("loop device").rdev();
+    let mm = format!(": {},{} ", libc::major(rdev), libc::minor(rdev));
+    let out = run_ok(Command::new("perf").args(["script", "-i"]).arg(data));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: std::collections::HashSet<&str> = text.lines().filter(|s| s.contains(&mm)).collect();
+    lines.len()
 }
 
 /// A count in `perf script -D`'s dump: the sum of `field:N` over the lines of `record`.
