@@ -967,9 +967,8 @@ fn samples_a_capture_holds_twice_are_used_once() {
 /// sample twice, see `samples_a_capture_holds_twice_are_used_once`): the distinct
 /// `perf script` lines of its `major,minor`.
 fn disk_samples(data: &Path, l: &LoopDev) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    let rdev = std::fs::metadata(&l.dev).expect("loop device").rdev();
-    let mm = format!(": {},{} ", libc::major(rdev), libc::minor(rdev));
+    let (major, minor) = major_minor(&l.dev);
+    let mm = format!(": {major},{minor} ");
     let out = run_ok(Command::new("perf").args(["script", "-i"]).arg(data));
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: std::collections::HashSet<&str> = text.lines().filter(|s| s.contains(&mm)).collect();

@@ -632,11 +632,16 @@ pub fn zram(test: &str) -> Option<Zram> {
     z
 }
 
+/// The major and minor number of a block device node.
+pub fn major_minor(node: &str) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = std::fs::metadata(node).unwrap().rdev();
+    (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev))
+}
+
 /// The kernel's `dev_t` of a block device node (major << 20 | minor), as the
 /// tracepoints give it and `perf record --filter "dev == N"` takes it.
 pub fn kernel_dev(node: &str) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let rdev = std::fs::metadata(node).unwrap().rdev();
-    let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+    let (major, minor) = major_minor(node);
     (major << 20) | minor
 }
