@@ -175,6 +175,11 @@ impl RecordSink for ByDevice<'_> {
     }
 }
 
+/// Why I/Os did not complete in a capture of some tasks or CPUs (`perf record` without
+/// `-a`, or with `-C`): said of a disk none of whose I/Os completed, and of a capture
+/// where none did; the warning of the narrowing itself follows.
+const WATCHED_LESS: &str = ", which watched less than the whole machine (below)";
+
 /// What the exit line adds to the counters for a capture: `rows` I/Os of `profile`;
 /// `never` the devices none of whose I/Os completed ([`ByDevice::never_completed`]).
 fn report_end(
@@ -194,6 +199,10 @@ fn report_end(
             never.join(", "),
             if profile == "bio" {
                 ": the kernel traces bio completions for bio-based devices only (dm, md, zram); a request-based disk's bios complete inside its requests (--profile block), so leave those disks out of the capture (perf record --filter) or out of the analysis"
+            } else if replayed.narrowed.is_some() {
+                // A disk whose completions all ran elsewhere (a loop device's worker on
+                // another CPU): the same reason as for a capture with none at all.
+                WATCHED_LESS
             } else {
                 ""
             }
@@ -207,7 +216,7 @@ fn report_end(
             if profile == "bio" {
                 ": the kernel traces bio completions (block_bio_complete) for bio-based devices only (dm, md, zram); a request-based disk's bios never complete in the trace: import with --profile block"
             } else if replayed.narrowed.is_some() {
-                ", which watched less than the whole machine (below)"
+                WATCHED_LESS
             } else {
                 ": the capture ended before any completion, or perf's filters left the completions out"
             }
