@@ -185,17 +185,17 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_nanos(ticks * 1_000_000_000 / hz)
 }
 
+/// Untraced, a share of idle CPUs from which the table warns that IOPS understate what
+/// a tracer's CPU costs (a 2-vCPU host idle a tenth of the time has 200 ms/s to spare,
+/// more than any tracer here takes).
+const IDLE_NOTE: f64 = 0.10;
+
 /// The machine's idle and total CPU time so far, in ticks (`/proc/stat`'s first line:
 /// idle and iowait of user, nice, system, idle, iowait, irq, softirq, steal; guest time
 /// is in user already).
 fn cpu_ticks() -> Option<(u64, u64)> {
     parse_cpu_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
 }
-
-/// Untraced, a share of idle CPUs from which the table warns that IOPS understate what
-/// a tracer's CPU costs (a 2-vCPU host idle a tenth of the time has 200 ms/s to spare,
-/// more than any tracer here takes).
-const IDLE_NOTE: f64 = 0.10;
 
 fn parse_cpu_ticks(stat: &str) -> Option<(u64, u64)> {
     let line = stat.lines().next()?.strip_prefix("cpu ")?;
@@ -890,13 +890,10 @@ fn main() {
     println!();
     println!("| tracer | median IOPS | ratio of medians | median of per-round ratios | tracer CPU (ms per s) | CPUs idle | samples per tracer CPU-s, none lost | lost samples |");
     println!("|---|---|---|---|---|---|---|---|");
-    let idle_pct = |v: &mut Vec<f64>| {
-        if v.is_empty() {
-            "?".to_string()
-        } else {
-            format!("{:.0} %", median(v) * 100.0)
-        }
-    };
+    let idle: Vec<Option<f64>> = idle
+        .iter_mut()
+        .map(|v| (!v.is_empty()).then(|| median(v)))
+        .collect();
     for (i, m) in modes.iter().enumerate() {
         if *m == Mode::MaxRatePair {
             continue;
@@ -914,7 +911,7 @@ fn main() {
             } else {
                 format!("{:.0}", c * 1e3)
             },
-            idle_pct(&mut idle[i]),
+            idle[i].map_or("?".into(), |x| format!("{:.0} %", x * 100.0)),
             if per_cpu_s[i].is_empty() {
                 "-".into()
             } else {
@@ -926,17 +923,16 @@ fn main() {
     // A workload that leaves CPUs idle gives a tracer their idle time first: on a Xeon
     // VM fio left half of both idle, and 50 ms/s burnt beside it cost 0.005 of its IOPS
     // where the same costs ≈ 0.05 on hosts that fio keeps busy (docs/performance.md).
-    if let Some(i) = modes.iter().position(|m| *m == Mode::None) {
-        if !idle[i].is_empty() {
-            let untraced = median(&mut idle[i]);
-            if untraced >= IDLE_NOTE {
-                println!();
-                println!(
-                    "note: untraced, fio left {:.0} % of the CPUs idle: a tracer's CPU comes out of that idle time first, so IOPS show only part of its cost, and the margins below pass more easily than on a host that fio keeps busy; compare the tracer CPU column, or see what CPU costs fio here with the burn mode",
-                    untraced * 100.0
-                );
-            }
-        }
+    let untraced = modes
+        .iter()
+        .position(|m| *m == Mode::None)
+        .and_then(|i| idle[i]);
+    if let Some(untraced) = untraced.filter(|&x| x >= IDLE_NOTE) {
+        println!();
+        println!(
+            "note: untraced, fio left {:.0} % of the CPUs idle: a tracer's CPU comes out of that idle time first, so IOPS show only part of its cost, and the margins below pass more easily than on a host that fio keeps busy; compare the tracer CPU column, or see what CPU costs fio here with the burn mode",
+            untraced * 100.0
+        );
     }
     // Head to head: the two modes of a pair ran in the same round, so the difference
     // of their ratios to that round's untraced run leaves out the drift between
