@@ -30,9 +30,9 @@
 //! IOPS, its ratio to the untraced median and the median of its ratios to the untraced
 //! run of the same round, the tracer's own CPU time per second of workload (user +
 //! system of its process, from /proc; bpftrace's in-kernel work is paid inside the
-//! workload instead), the share of the CPUs idle while fio ran (from `/proc/stat`; where
-//! fio leaves a tenth or more idle untraced, a note says that IOPS then show only part
-//! of a tracer's CPU), for the tracers that say how many samples they received, that
+//! workload instead), the share of the CPUs idle while fio ran steadily (from
+//! `/proc/stat`; where fio leaves a tenth or more idle untraced, a note says that IOPS
+//! then show only part of a tracer's CPU), for the tracers that say how many samples they received, that
 //! many per second of their own CPU in rounds with none lost (what one core of the
 //! reader takes in, syscalls and sinks included), and samples lost. Then, for pairs of
 //! modes, the difference of their ratios within each round: its median over the rounds,
@@ -54,6 +54,13 @@
 //! the workload when it does nothing with the samples) and statidle, recordidle (`stat`
 //! and `record` under `chrt --idle`)). Installs fio, bpftrace and perf with apt-get
 //! when they are missing.
+//!
+//! `OVERHEAD_CPUS=LIST` (a `taskset` list, e.g. `0`) runs the whole experiment on those
+//! CPUs: fio (`--cpus_allowed`), the loop device's worker (the unbound workqueues'
+//! cpumask, put back at the end) and every tracer (`taskset`), and the idle column
+//! counts those CPUs only. On a host where fio leaves CPU idle, a tracer's CPU comes
+//! out of that idle time and hardly shows in IOPS; on one CPU that fio keeps busy,
+//! every ms of it does, as on a host whose workload is CPU-bound.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -146,9 +153,11 @@ impl Drop for Loop {
     }
 }
 
-/// fio 4 KiB random reads, QD16, libaio, for `secs`; its read IOPS.
-fn fio(dev: &str, secs: u64) -> f64 {
-    let out = sh(Command::new("fio").args([
+/// fio 4 KiB random reads, QD16, libaio, for `secs` (on `pin`'s CPUs when given); its
+/// read IOPS.
+fn fio(dev: &str, secs: u64, pin: Option<&Pin>) -> f64 {
+    let mut cmd = Command::new("fio");
+    cmd.args([
         "--name=overhead",
         &format!("--filename={dev}"),
         "--rw=randread",
@@ -159,7 +168,11 @@ fn fio(dev: &str, secs: u64) -> f64 {
         "--time_based",
         &format!("--runtime={secs}"),
         "--output-format=json",
-    ]));
+    ]);
+    if let Some(p) = pin {
+        cmd.arg(format!("--cpus_allowed={}", p.list));
+    }
+    let out = sh(&mut cmd);
     // "read" : { ... "iops" : 12345.678901, ...
     let read = out.find("\"read\"").expect("fio JSON has a read section");
     let at = read + out[read..].find("\"iops\"").expect("read iops");
@@ -190,21 +203,60 @@ fn cpu_time(pid: u32) -> Duration {
 /// more than any tracer here takes).
 const IDLE_NOTE: f64 = 0.10;
 
-/// The machine's idle and total CPU time so far, in ticks (`/proc/stat`'s first line:
-/// idle and iowait of user, nice, system, idle, iowait, irq, softirq, steal; guest time
-/// is in user already).
-fn cpu_ticks() -> Option<(u64, u64)> {
-    parse_cpu_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+/// Idle and total CPU time so far, in ticks, of the machine or of some CPUs
+/// (`/proc/stat`: idle and iowait of user, nice, system, idle, iowait, irq, softirq,
+/// steal; guest time is in user already).
+fn cpu_ticks(cpus: Option<&[usize]>) -> Option<(u64, u64)> {
+    parse_cpu_ticks(&std::fs::read_to_string("/proc/stat").ok()?, cpus)
 }
 
-fn parse_cpu_ticks(stat: &str) -> Option<(u64, u64)> {
-    let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .take(8)
-        .map(|v| v.parse().ok())
-        .collect::<Option<_>>()?;
-    (f.len() >= 5).then(|| (f[3] + f[4], f.iter().sum()))
+/// The idle share while a fio of `secs` started now runs steadily: from half a second
+/// after its start to a quarter before its end (less for short runs). fio's own start
+/// and exit leave the CPUs idle for a fixed time, which would read as idle a tracer
+/// could use (13 % of 2 s runs on one CPU that fio otherwise kept busy).
+fn idle_window(secs: u64, cpus: Option<Vec<usize>>) -> std::thread::JoinHandle<Option<f64>> {
+    std::thread::spawn(move || {
+        let run = Duration::from_secs(secs);
+        let lead = (run / 4).min(Duration::from_millis(500));
+        let tail = (run / 4).min(Duration::from_millis(250));
+        std::thread::sleep(lead);
+        let a = cpu_ticks(cpus.as_deref());
+        std::thread::sleep(run - lead - tail);
+        idle_between(a, cpu_ticks(cpus.as_deref()))
+    })
+}
+
+/// The first line's ticks, or with `cpus` the sum of those CPUs' lines (all of them
+/// present, else `None`).
+fn parse_cpu_ticks(stat: &str, cpus: Option<&[usize]>) -> Option<(u64, u64)> {
+    let ticks = |line: &str| -> Option<(u64, u64)> {
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .take(8)
+            .map(|v| v.parse().ok())
+            .collect::<Option<_>>()?;
+        (f.len() >= 5).then(|| (f[3] + f[4], f.iter().sum()))
+    };
+    let Some(cpus) = cpus else {
+        return ticks(stat.lines().next()?.strip_prefix("cpu ")?);
+    };
+    let (mut idle, mut total, mut seen) = (0, 0, 0);
+    for line in stat.lines() {
+        let Some((name, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let Some(n) = name
+            .strip_prefix("cpu")
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        if cpus.contains(&n) {
+            let (i, t) = ticks(rest)?;
+            (idle, total, seen) = (idle + i, total + t, seen + 1);
+        }
+    }
+    (seen == cpus.len()).then_some((idle, total))
 }
 
 /// The share of the CPUs idle between two readings of [`cpu_ticks`].
@@ -212,6 +264,91 @@ fn idle_between(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<f64> {
     let ((i0, t0), (i1, t1)) = (a?, b?);
     let total = t1.checked_sub(t0).filter(|&t| t > 0)?;
     Some(i1.saturating_sub(i0) as f64 / total as f64)
+}
+
+/// `OVERHEAD_CPUS`: the experiment held to some CPUs (see the module's doc).
+struct Pin {
+    /// The `taskset` list as given.
+    list: String,
+    cpus: Vec<usize>,
+    /// The unbound workqueues' cpumask before, put back on drop.
+    wq_before: Option<String>,
+}
+
+const WQ_CPUMASK: &str = "/sys/devices/virtual/workqueue/cpumask";
+
+impl Pin {
+    fn from_env() -> Option<Pin> {
+        let list = std::env::var("OVERHEAD_CPUS").ok()?;
+        let cpus = parse_cpu_list(&list).unwrap_or_else(|| {
+            eprintln!("OVERHEAD_CPUS={list:?}: give CPUs as taskset does, e.g. 0 or 0-1,3");
+            std::process::exit(2);
+        });
+        // The loop device's worker runs on an unbound workqueue: left free it takes
+        // another CPU, and the experiment is no longer on `cpus` alone.
+        let wq_before = std::fs::read_to_string(WQ_CPUMASK).ok();
+        let mask = cpu_mask_hex(&cpus);
+        if let Err(e) = std::fs::write(WQ_CPUMASK, &mask) {
+            eprintln!("OVERHEAD_CPUS: cannot write {mask} to {WQ_CPUMASK}: {e}");
+            std::process::exit(2);
+        }
+        Some(Pin {
+            list,
+            cpus,
+            wq_before,
+        })
+    }
+
+    /// `cmd`'s program and arguments, run under `taskset -c LIST`.
+    fn wrap(&self, cmd: Command) -> Command {
+        let mut c = Command::new("taskset");
+        c.args(["-c", &self.list]).arg(cmd.get_program());
+        c.args(cmd.get_args());
+        c
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        if let Some(before) = &self.wq_before {
+            let _ = std::fs::write(WQ_CPUMASK, before.trim());
+        }
+    }
+}
+
+/// A `taskset -c` list (`0`, `0-2,5`); `None` when malformed or empty.
+fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        let (a, b): (usize, usize) = match part.trim().split_once('-') {
+            Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
+            None => {
+                let a = part.trim().parse().ok()?;
+                (a, a)
+            }
+        };
+        if a > b || b >= 4096 {
+            return None;
+        }
+        cpus.extend(a..=b);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+/// The kernel's hex cpumask of `cpus` (32-bit words, comma-separated, most significant first).
+fn cpu_mask_hex(cpus: &[usize]) -> String {
+    let words = cpus.iter().max().map_or(1, |m| m / 32 + 1);
+    let mut w = vec![0u32; words];
+    for &c in cpus {
+        w[c / 32] |= 1 << (c % 32);
+    }
+    w.iter()
+        .rev()
+        .map(|x| format!("{x:08x}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The tracers, in table order.
@@ -333,6 +470,7 @@ struct Ctx {
     dev: String,
     kdev: u64,
     scratch: PathBuf,
+    pin: Option<Pin>,
 }
 
 impl Ctx {
@@ -350,11 +488,17 @@ impl Ctx {
             if extra[0] == "record" {
                 c.arg("-o").arg(self.scratch.join("io.csv"));
             }
-            c.stdout(Stdio::piped()).stderr(Stdio::piped());
             c
         };
-        let spawn = |mut c: Command| c.spawn().unwrap_or_else(|e| panic!("{}: {e}", m.name()));
-        let mut c = match m {
+        let spawn = |c: Command| {
+            let mut c = match &self.pin {
+                Some(p) => p.wrap(c),
+                None => c,
+            };
+            c.stdout(Stdio::piped()).stderr(Stdio::piped());
+            c.spawn().unwrap_or_else(|e| panic!("{}: {e}", m.name()))
+        };
+        let c = match m {
             Mode::None => return Vec::new(),
             Mode::MaxRatePair => {
                 let full = spawn(ntprof(&["stat", "--interval", "0", "--json"]));
@@ -379,7 +523,6 @@ impl Ctx {
                     let ms = std::env::var("OVERHEAD_BURN_MS").unwrap_or_else(|_| "40".into());
                     c.args(["--burn", &ms]);
                 }
-                c.stdout(Stdio::piped()).stderr(Stdio::piped());
                 c
             }
             Mode::Perf => {
@@ -390,7 +533,6 @@ impl Ctx {
                 for e in ["block_rq_insert", "block_rq_issue", "block_rq_complete"] {
                     c.args(["-e", &format!("block:{e}"), "--filter", &filter]);
                 }
-                c.stdout(Stdio::piped()).stderr(Stdio::piped());
                 c
             }
             Mode::Bpftrace => {
@@ -402,9 +544,7 @@ impl Ctx {
                          delete(@d[args->sector]); }}"
                 );
                 let mut c = Command::new("bpftrace");
-                c.args(["-e", &prog])
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
+                c.args(["-e", &prog]);
                 c
             }
             // The SCHED_IDLE modes are the same commands, under `chrt` (see `ntprof`).
@@ -418,7 +558,6 @@ impl Ctx {
             Mode::Sample64 => ntprof(&["stat", "--interval", "0", "--sample", "64"]),
             Mode::Serve => ntprof(&["serve", "--listen", "127.0.0.1:19857"]),
         };
-        c.stdout(Stdio::piped()).stderr(Stdio::piped());
         let child = spawn(c);
         // Time to open and enable the events (bpftrace compiles its program first).
         std::thread::sleep(Duration::from_millis(if m == Mode::Bpftrace {
@@ -467,7 +606,7 @@ struct Run {
     per_cpu_s: Option<f64>,
     /// `MaxRatePair`: d2c (p50, p99) in ns of the full and of the `--max-rate` stat.
     pair: Option<[(f64, f64); 2]>,
-    /// The share of the machine's CPUs idle while fio ran (its start and end included).
+    /// The share of the CPUs idle while fio ran steadily (see [`idle_window`]).
     idle: Option<f64>,
 }
 
@@ -561,9 +700,10 @@ fn run(ctx: &Ctx, m: Mode, secs: u64) -> Run {
     } else {
         secs
     };
-    let ticks0 = cpu_ticks();
-    let iops = fio(&ctx.dev, secs);
-    let idle = idle_between(ticks0, cpu_ticks());
+    let pin = ctx.pin.as_ref();
+    let window = idle_window(secs, pin.map(|p| p.cpus.clone()));
+    let iops = fio(&ctx.dev, secs, pin);
+    let idle = window.join().ok().flatten();
     // What the workload produced is drained before the tracer's CPU is read.
     std::thread::sleep(Duration::from_millis(300));
     let cpu: Duration = children
@@ -798,6 +938,7 @@ fn main() {
         dev: l.dev.clone(),
         kdev: l.kernel_dev(),
         scratch: l.dir.clone(),
+        pin: Pin::from_env(),
     };
     // Fill the image so reads hit tmpfs pages, not holes.
     sh(Command::new("dd").args([
@@ -809,7 +950,7 @@ fn main() {
         "status=none",
     ]));
     let load_before = loadavg();
-    fio(&l.dev, 1); // warm-up
+    fio(&l.dev, 1, ctx.pin.as_ref()); // warm-up
 
     let mut iops: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
@@ -881,6 +1022,12 @@ fn main() {
         "fio 4k randread QD16 libaio, {secs} s per run, {rounds} interleaved shuffled rounds, on {} (tmpfs loop)",
         l.dev
     );
+    if let Some(p) = &ctx.pin {
+        println!(
+            "pinned (OVERHEAD_CPUS): fio, the loop device's worker and every tracer on CPUs {}; the idle column counts those only",
+            p.list
+        );
+    }
     println!(
         "machine: {} CPUs, {host}, kernel {}; load average before {load_before}, after {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -930,8 +1077,11 @@ fn main() {
     if let Some(untraced) = untraced.filter(|&x| x >= IDLE_NOTE) {
         println!();
         println!(
-            "note: untraced, fio left {:.0} % of the CPUs idle: a tracer's CPU comes out of that idle time first, so IOPS show only part of its cost, and the margins below pass more easily than on a host that fio keeps busy; compare the tracer CPU column, or see what CPU costs fio here with the burn mode",
-            untraced * 100.0
+            "note: untraced, fio left {:.0} % of {} idle: a tracer's CPU comes out of that idle time first, so IOPS show only part of its cost, and the margins below pass more easily than on a host that fio keeps busy; compare the tracer CPU column, see what CPU costs fio here with the burn mode, or hold the run to one CPU (OVERHEAD_CPUS=0)",
+            untraced * 100.0,
+            ctx.pin
+                .as_ref()
+                .map_or("the CPUs".to_string(), |p| format!("CPUs {}", p.list))
         );
     }
     // Head to head: the two modes of a pair ran in the same round, so the difference
@@ -1061,23 +1211,48 @@ fn main() {
 
 #[cfg(test)]
 mod tests {
-    use super::{idle_between, median_interval, parse_cpu_ticks, verdict};
+    use super::{
+        cpu_mask_hex, idle_between, median_interval, parse_cpu_list, parse_cpu_ticks, verdict,
+    };
 
     #[test]
     fn idle_is_idle_and_iowait_of_the_first_line_without_guest_time() {
         // user nice system idle iowait irq softirq steal guest guest_nice: guest time
         // is counted in user already, so it is not added again.
         let a = "cpu  100 0 50 800 20 0 30 0 40 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
-        assert_eq!(parse_cpu_ticks(a), Some((820, 1000)));
+        assert_eq!(parse_cpu_ticks(a, None), Some((820, 1000)));
         let b = "cpu  150 0 100 1000 20 0 30 0 60 0\n";
-        let idle = idle_between(parse_cpu_ticks(a), parse_cpu_ticks(b)).unwrap();
+        let idle = idle_between(parse_cpu_ticks(a, None), parse_cpu_ticks(b, None)).unwrap();
         assert!((idle - 200.0 / 300.0).abs() < 1e-12, "{idle}");
         // A kernel of four fields, a per-CPU line first, or no time between readings:
         // nothing, not a wrong share.
-        assert_eq!(parse_cpu_ticks("cpu  1 2 3 4\n"), None);
-        assert_eq!(parse_cpu_ticks("cpu0 1 2 3 4 5 6 7 8\n"), None);
-        assert_eq!(idle_between(parse_cpu_ticks(a), parse_cpu_ticks(a)), None);
-        assert_eq!(idle_between(parse_cpu_ticks(b), parse_cpu_ticks(a)), None);
+        assert_eq!(parse_cpu_ticks("cpu  1 2 3 4\n", None), None);
+        assert_eq!(parse_cpu_ticks("cpu0 1 2 3 4 5 6 7 8\n", None), None);
+        let (pa, pb) = (parse_cpu_ticks(a, None), parse_cpu_ticks(b, None));
+        assert_eq!(idle_between(pa, pa), None);
+        assert_eq!(idle_between(pb, pa), None);
+    }
+
+    #[test]
+    fn pinned_idle_counts_the_chosen_cpus_only() {
+        let stat = "cpu  9 9 9 9 9 9 9 9\ncpu0 10 0 10 70 10 0 0 0 5 0\ncpu1 1 0 1 90 0 0 0 8\ncpu10 0 0 0 100 0 0 0 0\nintr 5\n";
+        assert_eq!(parse_cpu_ticks(stat, Some(&[0])), Some((80, 100)));
+        assert_eq!(parse_cpu_ticks(stat, Some(&[0, 1])), Some((170, 200)));
+        // cpu10 is not cpu1 (no prefix match); a CPU with no line gives nothing.
+        assert_eq!(parse_cpu_ticks(stat, Some(&[10])), Some((100, 100)));
+        assert_eq!(parse_cpu_ticks(stat, Some(&[0, 2])), None);
+    }
+
+    #[test]
+    fn cpu_lists_and_masks_read_and_write_as_the_kernel_does() {
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("3,0-1,1"), Some(vec![0, 1, 3]));
+        for bad in ["", "a", "2-1", "0,,1", "-1"] {
+            assert_eq!(parse_cpu_list(bad), None, "{bad:?}");
+        }
+        assert_eq!(cpu_mask_hex(&[0]), "00000001");
+        assert_eq!(cpu_mask_hex(&[0, 1, 3]), "0000000b");
+        assert_eq!(cpu_mask_hex(&[1, 33]), "00000002,00000002");
     }
 
     fn ranks(n: usize) -> Vec<f64> {

@@ -198,8 +198,8 @@ pub struct Selection {
     /// side: 2-5 % more of the untraced IOPS than the same command live;
     /// docs/performance.md), except where fresh memory is slow: on a VM whose host
     /// takes freed memory back, faulting in the memory that holds the samples cost
-    /// more than correlating them (2 % fewer IOPS than live); the exit line says
-    /// what it cost. For a measured run
+    /// more than correlating them (2-7 % fewer IOPS than live, the more the busier the
+    /// CPUs); the exit line says what it cost. For a measured run
     /// whose result is read afterwards (`record -o io.csv -- fio job.fio`). SIZE caps the
     /// memory held (K, M, G: powers of 1024; default 1G, and at most a quarter of the
     /// memory available when the run starts); past it the oldest samples are
