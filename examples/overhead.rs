@@ -32,14 +32,14 @@
 //! system of its process, from /proc; bpftrace's in-kernel work is paid inside the
 //! workload instead), the share of the CPUs idle while fio ran steadily (from
 //! `/proc/stat`; where fio leaves a tenth or more idle untraced, a note says that IOPS
-//! then show only part of a tracer's CPU), for the tracers that say how many samples they received, that
-//! many per second of their own CPU in rounds with none lost (what one core of the
-//! reader takes in, syscalls and sinks included), and samples lost. Then, for pairs of
-//! modes, the difference of their ratios within each round: its median over the rounds,
-//! a distribution-free 95 % interval of that median (from the rounds' order
-//! statistics), and whether the rounds decide the pair's mark at all: on a shared
-//! 2-vCPU host twenty rounds left intervals 0.04-0.14 wide, wider than the 0.03
-//! margins they are asked about, and eighty about 0.03-0.05 (docs/performance.md).
+//! then show only part of a tracer's CPU), for the tracers that say how many samples
+//! they received, that many per second of their own CPU in rounds with none lost (what
+//! one core of the reader takes in, syscalls and sinks included), and samples lost.
+//! Then, for pairs of modes, the difference of their ratios within each round: its
+//! median over the rounds, a distribution-free 95 % interval of that median (from the
+//! rounds' order statistics), and whether the rounds decide the pair's mark at all: on
+//! a shared 2-vCPU host twenty rounds left intervals 0.04-0.14 wide, wider than the
+//! 0.03 margins they are asked about, and eighty about 0.03-0.05 (docs/performance.md).
 //!
 //! Run as root: `cargo run --release --example overhead -- [SECONDS] [ROUNDS] [MODES]`
 //! (default 2 s per run, 20 rounds, every mode: on a shared host the IOPS drift by a
@@ -206,7 +206,7 @@ const IDLE_NOTE: f64 = 0.10;
 /// Idle and total CPU time so far, in ticks, of the machine or of some CPUs
 /// (`/proc/stat`: idle and iowait of user, nice, system, idle, iowait, irq, softirq,
 /// steal; guest time is in user already).
-fn cpu_ticks(cpus: Option<&[usize]>) -> Option<(u64, u64)> {
+fn cpu_ticks(cpus: Option<&[u32]>) -> Option<(u64, u64)> {
     parse_cpu_ticks(&std::fs::read_to_string("/proc/stat").ok()?, cpus)
 }
 
@@ -214,7 +214,7 @@ fn cpu_ticks(cpus: Option<&[usize]>) -> Option<(u64, u64)> {
 /// after its start to a quarter before its end (less for short runs). fio's own start
 /// and exit leave the CPUs idle for a fixed time, which would read as idle a tracer
 /// could use (13 % of 2 s runs on one CPU that fio otherwise kept busy).
-fn idle_window(secs: u64, cpus: Option<Vec<usize>>) -> std::thread::JoinHandle<Option<f64>> {
+fn idle_window(secs: u64, cpus: Option<Vec<u32>>) -> std::thread::JoinHandle<Option<f64>> {
     std::thread::spawn(move || {
         let run = Duration::from_secs(secs);
         let lead = (run / 4).min(Duration::from_millis(500));
@@ -228,7 +228,7 @@ fn idle_window(secs: u64, cpus: Option<Vec<usize>>) -> std::thread::JoinHandle<O
 
 /// The first line's ticks, or with `cpus` the sum of those CPUs' lines (all of them
 /// present, else `None`).
-fn parse_cpu_ticks(stat: &str, cpus: Option<&[usize]>) -> Option<(u64, u64)> {
+fn parse_cpu_ticks(stat: &str, cpus: Option<&[u32]>) -> Option<(u64, u64)> {
     let ticks = |line: &str| -> Option<(u64, u64)> {
         let f: Vec<u64> = line
             .split_whitespace()
@@ -245,10 +245,7 @@ fn parse_cpu_ticks(stat: &str, cpus: Option<&[usize]>) -> Option<(u64, u64)> {
         let Some((name, rest)) = line.split_once(' ') else {
             continue;
         };
-        let Some(n) = name
-            .strip_prefix("cpu")
-            .and_then(|n| n.parse::<usize>().ok())
-        else {
+        let Some(n) = name.strip_prefix("cpu").and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
         if cpus.contains(&n) {
@@ -270,7 +267,7 @@ fn idle_between(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<f64> {
 struct Pin {
     /// The `taskset` list as given.
     list: String,
-    cpus: Vec<usize>,
+    cpus: Vec<u32>,
     /// The unbound workqueues' cpumask before, put back on drop.
     wq_before: Option<String>,
 }
@@ -280,8 +277,8 @@ const WQ_CPUMASK: &str = "/sys/devices/virtual/workqueue/cpumask";
 impl Pin {
     fn from_env() -> Option<Pin> {
         let list = std::env::var("OVERHEAD_CPUS").ok()?;
-        let cpus = parse_cpu_list(&list).unwrap_or_else(|| {
-            eprintln!("OVERHEAD_CPUS={list:?}: give CPUs as taskset does, e.g. 0 or 0-1,3");
+        let cpus = ntprof_perf::perf::parse_cpu_list(&list).unwrap_or_else(|e| {
+            eprintln!("OVERHEAD_CPUS: {e}; give CPUs as taskset does, e.g. 0 or 0-1,3");
             std::process::exit(2);
         });
         // The loop device's worker runs on an unbound workqueue: left free it takes
@@ -316,33 +313,12 @@ impl Drop for Pin {
     }
 }
 
-/// A `taskset -c` list (`0`, `0-2,5`); `None` when malformed or empty.
-fn parse_cpu_list(list: &str) -> Option<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in list.split(',') {
-        let (a, b): (usize, usize) = match part.trim().split_once('-') {
-            Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
-            None => {
-                let a = part.trim().parse().ok()?;
-                (a, a)
-            }
-        };
-        if a > b || b >= 4096 {
-            return None;
-        }
-        cpus.extend(a..=b);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    (!cpus.is_empty()).then_some(cpus)
-}
-
 /// The kernel's hex cpumask of `cpus` (32-bit words, comma-separated, most significant first).
-fn cpu_mask_hex(cpus: &[usize]) -> String {
-    let words = cpus.iter().max().map_or(1, |m| m / 32 + 1);
+fn cpu_mask_hex(cpus: &[u32]) -> String {
+    let words = cpus.iter().max().map_or(1, |m| *m as usize / 32 + 1);
     let mut w = vec![0u32; words];
     for &c in cpus {
-        w[c / 32] |= 1 << (c % 32);
+        w[c as usize / 32] |= 1 << (c % 32);
     }
     w.iter()
         .rev()
@@ -1211,9 +1187,7 @@ fn main() {
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        cpu_mask_hex, idle_between, median_interval, parse_cpu_list, parse_cpu_ticks, verdict,
-    };
+    use super::{cpu_mask_hex, idle_between, median_interval, parse_cpu_ticks, verdict};
 
     #[test]
     fn idle_is_idle_and_iowait_of_the_first_line_without_guest_time() {
@@ -1245,10 +1219,12 @@ mod tests {
 
     #[test]
     fn cpu_lists_and_masks_read_and_write_as_the_kernel_does() {
-        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
-        assert_eq!(parse_cpu_list("3,0-1,1"), Some(vec![0, 1, 3]));
+        // OVERHEAD_CPUS is read by the library's parser of the kernel's CPU lists.
+        let parse = |l: &str| ntprof_perf::perf::parse_cpu_list(l).ok();
+        assert_eq!(parse("0"), Some(vec![0]));
+        assert_eq!(parse("3,0-1,1"), Some(vec![0, 1, 3]));
         for bad in ["", "a", "2-1", "0,,1", "-1"] {
-            assert_eq!(parse_cpu_list(bad), None, "{bad:?}");
+            assert_eq!(parse(bad), None, "{bad:?}");
         }
         assert_eq!(cpu_mask_hex(&[0]), "00000001");
         assert_eq!(cpu_mask_hex(&[0, 1, 3]), "0000000b");
