@@ -52,7 +52,10 @@
 //! correlating after it is in the exit line, not in the table), sample8, sample64, serve, maxrate, and two diagnostics: burn (the floor's reader
 //! spinning `OVERHEAD_BURN_MS`, default 40, ms of CPU per s: what that much CPU costs
 //! the workload when it does nothing with the samples) and statidle, recordidle (`stat`
-//! and `record` under `chrt --idle`)). Installs fio, bpftrace and perf with apt-get
+//! and `record` under `chrt --idle`)), and statalt, recordalt: `stat` and `record` of the build
+//! at `OVERHEAD_ALT_BIN`, to compare two builds head to head in one run, and statready,
+//! recordready: `--defer SIZE` (`OVERHEAD_DEFER_SIZE`, default 256M, enough for a few
+//! seconds at 600 k samples/s), whose memory is faulted in before tracing starts. Installs fio, bpftrace and perf with apt-get
 //! when they are missing.
 //!
 //! `OVERHEAD_CPUS=LIST` (a `taskset` list, e.g. `0`) runs the whole experiment on those
@@ -348,9 +351,13 @@ enum Mode {
     Sample64,
     Serve,
     MaxRatePair,
+    StatAlt,
+    RecordAlt,
+    StatReady,
+    RecordReady,
 }
 
-const MODES: [Mode; 18] = [
+const MODES: [Mode; 22] = [
     Mode::None,
     Mode::Drain,
     Mode::Burn,
@@ -369,6 +376,10 @@ const MODES: [Mode; 18] = [
     Mode::Sample64,
     Mode::Serve,
     Mode::MaxRatePair,
+    Mode::StatAlt,
+    Mode::RecordAlt,
+    Mode::StatReady,
+    Mode::RecordReady,
 ];
 
 impl Mode {
@@ -392,6 +403,10 @@ impl Mode {
             Mode::Sample64 => "ntprof-perf stat --sample 64",
             Mode::Serve => "ntprof-perf serve (defaults: --max-rate 2000 --duty 3/60)",
             Mode::MaxRatePair => "stat --max-rate 2000 beside a full stat",
+            Mode::StatAlt => "ntprof-perf stat, OVERHEAD_ALT_BIN's build",
+            Mode::RecordAlt => "ntprof-perf record (CSV), OVERHEAD_ALT_BIN's build",
+            Mode::StatReady => "ntprof-perf stat --defer SIZE (memory faulted in first)",
+            Mode::RecordReady => "ntprof-perf record --defer SIZE (memory faulted in first)",
         }
     }
 
@@ -413,6 +428,10 @@ impl Mode {
                 | Mode::Sample8
                 | Mode::Sample64
                 | Mode::Serve
+                | Mode::StatAlt
+                | Mode::RecordAlt
+                | Mode::StatReady
+                | Mode::RecordReady
         )
     }
 
@@ -437,12 +456,20 @@ impl Mode {
             Mode::Sample64 => "sample64",
             Mode::Serve => "serve",
             Mode::MaxRatePair => "maxrate",
+            Mode::StatAlt => "statalt",
+            Mode::RecordAlt => "recordalt",
+            Mode::StatReady => "statready",
+            Mode::RecordReady => "recordready",
         }
     }
 }
 
 struct Ctx {
     bin: PathBuf,
+    /// `OVERHEAD_ALT_BIN`: a second build, for the `*alt` modes.
+    alt: Option<PathBuf>,
+    /// `OVERHEAD_DEFER_SIZE` (default 256M): the `--defer SIZE` of the `*ready` modes.
+    ready: String,
     dev: String,
     kdev: u64,
     scratch: PathBuf,
@@ -453,12 +480,19 @@ impl Ctx {
     fn start(&self, m: Mode) -> Vec<Child> {
         let ntprof = |extra: &[&str]| {
             // SCHED_IDLE: the reader runs only on time no other task wants.
+            let bin = match (m, &self.alt) {
+                (Mode::StatAlt | Mode::RecordAlt, Some(alt)) => alt,
+                (Mode::StatAlt | Mode::RecordAlt, None) => {
+                    panic!("{}: set OVERHEAD_ALT_BIN to the other build", m.key())
+                }
+                _ => &self.bin,
+            };
             let mut c = if matches!(m, Mode::StatIdle | Mode::RecordIdle) {
                 let mut c = Command::new("chrt");
-                c.args(["--idle", "0"]).arg(&self.bin);
+                c.args(["--idle", "0"]).arg(bin);
                 c
             } else {
-                Command::new(&self.bin)
+                Command::new(bin)
             };
             c.args(extra).args(["-p", "block", "-d", &self.dev]);
             if extra[0] == "record" {
@@ -524,23 +558,28 @@ impl Ctx {
                 c
             }
             // The SCHED_IDLE modes are the same commands, under `chrt` (see `ntprof`).
-            Mode::Stat | Mode::StatIdle => ntprof(&["stat", "--interval", "0"]),
-            Mode::Record | Mode::RecordIdle => ntprof(&["record"]),
+            Mode::Stat | Mode::StatIdle | Mode::StatAlt => ntprof(&["stat", "--interval", "0"]),
+            Mode::Record | Mode::RecordIdle | Mode::RecordAlt => ntprof(&["record"]),
             Mode::Stat2 => ntprof(&["stat", "--interval", "0", "--threads", "2"]),
             Mode::Record2 => ntprof(&["record", "--threads", "2"]),
             Mode::StatDefer => ntprof(&["stat", "--interval", "0", "--defer"]),
             Mode::RecordDefer => ntprof(&["record", "--defer"]),
+            Mode::StatReady => ntprof(&["stat", "--interval", "0", "--defer", &self.ready]),
+            Mode::RecordReady => ntprof(&["record", "--defer", &self.ready]),
             Mode::Sample8 => ntprof(&["stat", "--interval", "0", "--sample", "8"]),
             Mode::Sample64 => ntprof(&["stat", "--interval", "0", "--sample", "64"]),
             Mode::Serve => ntprof(&["serve", "--listen", "127.0.0.1:19857"]),
         };
         let child = spawn(c);
-        // Time to open and enable the events (bpftrace compiles its program first).
-        std::thread::sleep(Duration::from_millis(if m == Mode::Bpftrace {
-            4000
-        } else {
-            1500
-        }));
+        // Time to open and enable the events (bpftrace compiles its program first, a
+        // `--defer SIZE` faults its memory in: seconds on a VM whose fresh memory is slow).
+        std::thread::sleep(Duration::from_millis(
+            if matches!(m, Mode::Bpftrace | Mode::StatReady | Mode::RecordReady) {
+                4000
+            } else {
+                1500
+            },
+        ));
         vec![child]
     }
 
@@ -909,8 +948,18 @@ fn main() {
     );
     install_tools();
     let l = Loop::new();
+    let alt = std::env::var_os("OVERHEAD_ALT_BIN").map(PathBuf::from);
+    if let Some(alt) = &alt {
+        assert!(
+            alt.is_file(),
+            "OVERHEAD_ALT_BIN: {} is not a file",
+            alt.display()
+        );
+    }
     let ctx = Ctx {
         bin,
+        alt,
+        ready: std::env::var("OVERHEAD_DEFER_SIZE").unwrap_or_else(|_| "256M".into()),
         dev: l.dev.clone(),
         kdev: l.kernel_dev(),
         scratch: l.dir.clone(),
@@ -1081,6 +1130,16 @@ fn main() {
         (Mode::StatDefer, Mode::Stat, 0.0, false),
         (Mode::RecordDefer, Mode::Record, 0.0, false),
         (Mode::RecordDefer, Mode::Perf, 0.0, false),
+        // Two builds in one shuffled run: what a change does, with the drift between
+        // rounds left out as for the targets.
+        (Mode::StatAlt, Mode::Stat, 0.0, false),
+        (Mode::RecordAlt, Mode::Record, 0.0, false),
+        // `--defer SIZE`: the memory faulted in before tracing starts.
+        (Mode::StatReady, Mode::Drain, -0.03, false),
+        (Mode::RecordReady, Mode::Drain, -0.03, false),
+        (Mode::RecordReady, Mode::Perf, 0.0, false),
+        (Mode::StatReady, Mode::StatDefer, 0.0, false),
+        (Mode::RecordReady, Mode::RecordDefer, 0.0, false),
     ];
     let at = |m: Mode| modes.iter().position(|x| *x == m);
     let mut head_to_head = Vec::new();

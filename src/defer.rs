@@ -47,6 +47,9 @@ struct Spool {
     /// Chunks made (not reused).
     made: usize,
     prefault: Option<Prefault>,
+    /// Chunks the idle-priority thread may fault in, until it starts with the first
+    /// round (after [`Deferred::make_ready`], which takes its share first).
+    to_prefault: usize,
 }
 
 /// Chunks kept ready ahead of the spool: 16 MiB, 1 s of samples at ≈ 200,000 a second.
@@ -323,6 +326,10 @@ pub struct DeferStats {
     /// workload more than a live run (docs/performance.md, 2026-12-02).
     pub prefaulted: usize,
     pub prefault_cpu: Duration,
+    /// Memory made ready before tracing started ([`Deferred::make_ready`]): chunks of
+    /// [`HUGE_PAGE`], and how long that took.
+    pub ready_before: usize,
+    pub ready_time: Duration,
 }
 
 /// A [`Stages`] that holds every call until [`Stages::finish`] (or until what it holds
@@ -349,9 +356,7 @@ impl<'a> Deferred<'a> {
     pub fn new(inner: &'a mut dyn Stages, cap: usize) -> Deferred<'a> {
         let spool = Spool {
             // Memory beyond the cap is never needed; below a chunk the spool is a queue.
-            prefault: (cap >= CHUNK)
-                .then(|| Prefault::start(cap / CHUNK + 1))
-                .flatten(),
+            to_prefault: if cap >= CHUNK { cap / CHUNK + 1 } else { 0 },
             ..Spool::default()
         };
         Deferred {
@@ -366,6 +371,51 @@ impl<'a> Deferred<'a> {
             stats: DeferStats::default(),
             notice: None,
         }
+    }
+
+    /// What [`make_ready`](Deferred::make_ready) of `bytes` would make: whole chunks,
+    /// within the cap (which bounds the memory made, before the run or ahead of need
+    /// alike; under a chunk, none).
+    pub fn ready_limit(&self, bytes: usize) -> usize {
+        bytes
+            .min(self.cap)
+            .div_ceil(CHUNK)
+            .min(self.spool.to_prefault)
+            * CHUNK
+    }
+
+    /// Fault in `bytes` of the memory the samples will take (at most the cap) now, on
+    /// this thread, before tracing starts: where the CPUs are busy, the idle-priority
+    /// thread gets little time to do it while tracing runs, and the reader then pays
+    /// for each fresh page itself, in the traced workload's time (on a busy CPU of a VM
+    /// whose fresh memory is slow, that made `--defer` cost more than a live run:
+    /// docs/performance.md, 2026-12-02). Stops early when `stop` says so (Ctrl-C while
+    /// it works); returns the bytes made ready.
+    pub fn make_ready(&mut self, bytes: usize, stop: &dyn Fn() -> bool) -> usize {
+        let start = Instant::now();
+        let chunks = self.ready_limit(bytes) / CHUNK;
+        let mut made = 0;
+        while made < chunks && !stop() {
+            // Out of memory: what is made is kept; the rest comes as before.
+            let Ok(mut b) = HugeBuf::new(CHUNK) else {
+                break;
+            };
+            b.populate();
+            self.spool.spares.push(Chunk {
+                mem: Mem::Huge(b),
+                len: 0,
+            });
+            made += 1;
+        }
+        self.spool.to_prefault -= made;
+        if made == chunks && bytes >= self.cap {
+            // The whole cap is ready but for the chunk its bytes may spill into: no
+            // thread is started for that one.
+            self.spool.to_prefault = 0;
+        }
+        self.stats.ready_before += made;
+        self.stats.ready_time += start.elapsed();
+        made * CHUNK
     }
 
     /// Say when the held samples start being handed on (they can take seconds).
@@ -449,6 +499,9 @@ impl Stages for Deferred<'_> {
     }
 
     fn begin_round(&mut self, now: u64) {
+        if self.spool.to_prefault > 0 {
+            self.spool.prefault = Prefault::start(std::mem::take(&mut self.spool.to_prefault));
+        }
         // Samples given outside a round stay before it, as they were given.
         if let Some(r) = self.round.take() {
             self.push(Step::Round(r));
@@ -720,6 +773,48 @@ mod tests {
             "{} chunks made for {bytes} bytes",
             spool.made
         );
+    }
+
+    /// Memory made ready before the run holds the first samples: no chunk is made
+    /// while they fit, the cap bounds what is made ready, and Ctrl-C stops it.
+    #[test]
+    fn memory_made_ready_before_the_run_takes_the_first_samples() {
+        let mut inner = pipeline();
+        let mut d = Deferred::new(&mut inner, 3 * CHUNK);
+        assert_eq!(d.make_ready(2 * CHUNK - 1, &|| false), 2 * CHUNK);
+        assert_eq!(d.stats().ready_before, 2);
+        assert_eq!(d.spool.to_prefault, 2, "the idle thread's share");
+        // The rest of the cap (a chunk's worth, and the one its bytes may spill into):
+        // no thread is left anything to fault in.
+        assert_eq!(
+            d.make_ready(usize::MAX, &|| false),
+            2 * CHUNK,
+            "past the cap"
+        );
+        assert_eq!(d.spool.to_prefault, 0);
+        assert_eq!(d.stats().ready_before, 4);
+        let raw = [7u8; 100];
+        let mut bytes = 0;
+        while bytes < 3 * CHUNK - 4096 {
+            bytes += d.spool.push(1, 0, &raw);
+        }
+        assert_eq!(d.spool.made, 0, "a chunk made while ready ones were left");
+        assert_eq!(d.spool.chunks.len(), 3);
+        while d.spool.chunks.len() < 5 {
+            d.spool.push(1, 0, &raw);
+        }
+        assert_eq!(d.spool.made, 1, "past what was made ready");
+
+        let mut inner = pipeline();
+        let mut d = Deferred::new(&mut inner, usize::MAX);
+        assert_eq!(d.make_ready(10 * CHUNK, &|| true), 0, "stopped before any");
+        let calls = std::cell::Cell::new(0);
+        let stop_after_two = || {
+            calls.set(calls.get() + 1);
+            calls.get() > 2
+        };
+        assert_eq!(d.make_ready(10 * CHUNK, &stop_after_two), 2 * CHUNK);
+        assert_eq!(d.stats().ready_before, 2);
     }
 
     #[test]

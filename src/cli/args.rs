@@ -199,13 +199,18 @@ pub struct Selection {
     /// docs/performance.md), except where fresh memory is slow: on a VM whose host
     /// takes freed memory back, faulting in the memory that holds the samples cost
     /// more than correlating them (2-7 % fewer IOPS than live, the more the busier the
-    /// CPUs); the exit line says what it cost. For a measured run
-    /// whose result is read afterwards (`record -o io.csv -- fio job.fio`). SIZE caps the
-    /// memory held (K, M, G: powers of 1024; default 1G, and at most a quarter of the
-    /// memory available when the run starts); past it the oldest samples are
-    /// correlated while tracing, as without --defer. ≈80 bytes per block sample:
-    /// 1 GiB holds ≈13 M. Not with --threads 2, --max-rate or serve; with stat,
-    /// only the summary is printed (no --interval).
+    /// CPUs) unless it is faulted in before tracing starts, which a SIZE does (below);
+    /// the exit line says what it cost. For a measured run whose result is read
+    /// afterwards (`record -o io.csv --defer 512M -- fio job.fio`). SIZE caps the memory
+    /// held (K, M, G: powers of 1024; default 1G, and at most a quarter of the memory
+    /// available when the run starts); past it the oldest samples are correlated while
+    /// tracing, as without --defer. ≈80 bytes per block sample: 1 GiB holds ≈13 M.
+    /// Given a SIZE, that much memory (at most half of what is available) is faulted in
+    /// before tracing starts, so that until it is full the workload pays for nothing but
+    /// the copy of each sample; that takes ≈0.1-0.3 s per GiB, seconds on such a VM.
+    /// Without one, a thread at idle priority faults memory in ahead of need, which
+    /// busy CPUs leave it little time for. Not with --threads 2, --max-rate or serve;
+    /// with stat, only the summary is printed (no --interval).
     #[arg(long, value_name = "SIZE", num_args = 0..=1, default_missing_value = "auto",
           value_parser = parse_defer)]
     pub defer: Option<DeferSize>,

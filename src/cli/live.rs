@@ -51,6 +51,8 @@ struct Ready {
     start_sample: u32,
     /// `--defer`: the most memory to hold, bytes.
     defer: Option<usize>,
+    /// `--defer SIZE`: the memory to fault in before tracing starts, bytes.
+    defer_ready: usize,
 }
 
 fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
@@ -78,6 +80,10 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         }
     }
     let defer = sel.defer.map(defer_cap).transpose()?;
+    let defer_ready = match sel.defer {
+        Some(DeferSize::Bytes(b)) => defer_ready(b)?,
+        _ => 0,
+    };
     let cpus = online_cpus()?;
     let mmap_pages = sel
         .mmap_pages
@@ -138,6 +144,7 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
         duty,
         start_sample,
         defer,
+        defer_ready,
     })
 }
 
@@ -146,20 +153,28 @@ fn plan(sel: &Selection, flags: &clap::ArgMatches) -> Result<Ready> {
 fn defer_cap(d: DeferSize) -> Result<usize> {
     let bytes = match d {
         DeferSize::Bytes(b) => b,
-        DeferSize::Auto => {
-            let meminfo = std::fs::read_to_string("/proc/meminfo")
-                .context("--defer: reading /proc/meminfo for the memory available")?;
-            let kib = meminfo
-                .lines()
-                .find_map(|l| l.strip_prefix("MemAvailable:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-                .context(
-                    "--defer: no MemAvailable in /proc/meminfo; give a size (e.g. --defer 512M)",
-                )?;
-            DEFER_DEFAULT.min(kib.saturating_mul(1024) / 4)
-        }
+        DeferSize::Auto => DEFER_DEFAULT.min(mem_available()? / 4),
     };
     usize::try_from(bytes).context("--defer: larger than this machine can address")
+}
+
+/// What `--defer SIZE` faults in before tracing starts: all of SIZE, but no more than
+/// half the memory available now (a SIZE past what the machine has would otherwise
+/// end the run before it starts; the rest is faulted in as the samples need it).
+fn defer_ready(size: u64) -> Result<usize> {
+    Ok(usize::try_from(size.min(mem_available()? / 2)).unwrap_or(usize::MAX))
+}
+
+/// `MemAvailable` of /proc/meminfo, bytes.
+fn mem_available() -> Result<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo")
+        .context("--defer: reading /proc/meminfo for the memory available")?;
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .context("--defer: no MemAvailable in /proc/meminfo; give a size (e.g. --defer 512M)")?;
+    Ok(kib.saturating_mul(1024))
 }
 
 /// Ring pages per CPU by default: 32 MiB over the CPUs, 1 to 8 MiB each. A few CPUs
@@ -453,15 +468,27 @@ fn run(mut r: Ready, mut out: Output, to: RowsTo) -> Result<i32> {
     };
     let mut deferred: Option<Deferred> = None;
     let pipe: &mut dyn Stages = match r.defer {
-        Some(cap) => deferred.insert(Deferred::new(pipe, cap).on_finish(|n, bytes| {
-            if n > 0 {
+        Some(cap) => {
+            let d = deferred.insert(Deferred::new(pipe, cap).on_finish(|n, bytes| {
+                if n > 0 {
+                    ntprof_perf::say!(
+                        "{}ntprof-perf: tracing stopped; correlating the {n} samples held ({}, --defer)",
+                        StatusLine::erase_on_stderr(),
+                        mib(bytes)
+                    );
+                }
+            }));
+            let ready = d.ready_limit(r.defer_ready);
+            if ready > 0 {
+                // Said first: on a VM whose fresh memory is slow this takes seconds.
                 ntprof_perf::say!(
-                    "{}ntprof-perf: tracing stopped; correlating the {n} samples held ({}, --defer)",
-                    StatusLine::erase_on_stderr(),
-                    mib(bytes)
+                    "ntprof-perf: --defer: faulting in {} before tracing starts",
+                    mib(ready)
                 );
+                d.make_ready(ready, &|| stop.load(Ordering::Relaxed));
             }
-        })),
+            d
+        }
         None => pipe,
     };
     group.enable()?;
@@ -758,6 +785,14 @@ fn deferred_line(h: &DeferStats, cap: usize) -> String {
             mib(cap)
         ));
     }
+    if h.ready_before > 0 {
+        let ms = h.ready_time.as_secs_f64() * 1e3;
+        line.push_str(&format!(
+            "; {} faulted in before tracing, in {ms:.0} ms ({:.2} ms per 2 MiB)",
+            mib(h.ready_before * ntprof_perf::perf::HUGE_PAGE),
+            ms / h.ready_before as f64
+        ));
+    }
     if h.prefaulted > 0 {
         let ms = h.prefault_cpu.as_secs_f64() * 1e3;
         let per = ms / h.prefaulted as f64;
@@ -768,9 +803,14 @@ fn deferred_line(h: &DeferStats, cap: usize) -> String {
         if per > SLOW_FRESH_MEMORY_MS {
             line.push_str(
                 ": fresh memory is slow on this machine (a VM whose host takes freed memory \
-                 back?), and that CPU is taken from the workload; here a live run may cost it \
-                 less than --defer (docs/performance.md)",
+                 back?), and that CPU is taken from the workload; ",
             );
+            line.push_str(if h.ready_before > 0 {
+                "a larger --defer SIZE faults more of it in before tracing starts"
+            } else {
+                "give --defer a SIZE, which is faulted in before tracing starts, or a live \
+                 run may cost it less (docs/performance.md)"
+            });
         }
     }
     line
@@ -833,8 +873,23 @@ mod tests {
             slow.contains("(3.99 ms per 2 MiB): fresh memory is slow on this machine"),
             "{slow}"
         );
+        assert!(slow.contains("give --defer a SIZE"), "{slow}");
         // Nothing faulted ahead (a cap under 2 MiB, or the thread never ran): no cost.
         let none = deferred_line(&stats(0, 0), 1 << 20);
-        assert!(!none.contains("faulting"), "{none}");
+        assert!(
+            !none.contains("faulting") && !none.contains("faulted"),
+            "{none}"
+        );
+        // `--defer SIZE`: what was made ready before tracing, and in how long.
+        let ready = DeferStats {
+            ready_before: 128,
+            ready_time: Duration::from_millis(737),
+            ..stats(0, 0)
+        };
+        let ready = deferred_line(&ready, 256 << 20);
+        assert!(
+            ready.contains("256.0 MiB faulted in before tracing, in 737 ms (5.76 ms per 2 MiB)"),
+            "{ready}"
+        );
     }
 }
