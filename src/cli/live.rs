@@ -766,8 +766,16 @@ fn stopped(out: &Output, to: &RowsTo, rows: impl Fn(u64) -> String) -> String {
 }
 
 /// Bytes as MiB, for messages.
+/// A size as the exit lines give it: MiB, or KiB and bytes where a tiny `--defer SIZE`
+/// would otherwise read as "0.0 MiB".
 fn mib(bytes: usize) -> String {
-    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+    if bytes >= 1 << 20 {
+        format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+    } else if bytes >= 1 << 10 {
+        format!("{:.1} KiB", bytes as f64 / f64::from(1 << 10))
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 /// What a `--defer` run held, and when its samples were correlated.
@@ -780,9 +788,15 @@ fn deferred_line(h: &DeferStats, cap: usize) -> String {
     );
     if h.early > 0 {
         line.push_str(&format!(
-            "; {} while tracing, past the cap of {} (a larger --defer SIZE holds more)",
+            "; {} while tracing, past the cap of {} ({})",
             h.early,
-            mib(cap)
+            mib(cap),
+            // Memory is held in blocks of a huge page: a cap under one holds nothing.
+            if cap < ntprof_perf::perf::HUGE_PAGE {
+                "--defer holds memory in blocks of 2 MiB: give a SIZE of 2M or more"
+            } else {
+                "a larger --defer SIZE holds more"
+            }
         ));
     }
     if h.ready_before > 0 {
@@ -890,6 +904,27 @@ mod tests {
         assert!(
             ready.contains("256.0 MiB faulted in before tracing, in 737 ms (5.76 ms per 2 MiB)"),
             "{ready}"
+        );
+        // A cap under one block holds nothing: the line says so, in a unit that reads.
+        let early = |cap| {
+            let h = DeferStats {
+                peak: 0,
+                early: 300,
+                ..DeferStats::default()
+            };
+            deferred_line(&h, cap)
+        };
+        let tiny = early(4096);
+        assert!(
+            tiny.contains("held 0 bytes at most")
+                && tiny.contains("300 while tracing, past the cap of 4.0 KiB")
+                && tiny.contains("give a SIZE of 2M or more"),
+            "{tiny}"
+        );
+        let small = early(64 << 20);
+        assert!(
+            small.contains("past the cap of 64.0 MiB (a larger --defer SIZE holds more)"),
+            "{small}"
         );
     }
 }
