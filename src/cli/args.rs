@@ -203,7 +203,7 @@ pub struct Selection {
     /// the exit line says what it cost. For a measured run whose result is read
     /// afterwards (`record -o io.csv --defer 512M -- fio job.fio`). SIZE caps the memory
     /// held (K, M, G: powers of 1024; default 1G, and at most a quarter of the memory
-    /// available when the run starts; held in 2 MiB blocks, so under 2M holds none); past it the oldest samples are correlated while
+    /// available when the run starts); past it the oldest samples are correlated while
     /// tracing, as without --defer. ≈80 bytes per block sample: 1 GiB holds ≈13 M.
     /// Given a SIZE, that much memory (at most half of what is available) is faulted in
     /// before tracing starts, so that until it is full the workload pays for nothing but

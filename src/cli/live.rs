@@ -765,7 +765,6 @@ fn stopped(out: &Output, to: &RowsTo, rows: impl Fn(u64) -> String) -> String {
     }
 }
 
-/// Bytes as MiB, for messages.
 /// A size as the exit lines give it: MiB, or KiB and bytes where a tiny `--defer SIZE`
 /// would otherwise read as "0.0 MiB".
 fn mib(bytes: usize) -> String {
@@ -788,15 +787,9 @@ fn deferred_line(h: &DeferStats, cap: usize) -> String {
     );
     if h.early > 0 {
         line.push_str(&format!(
-            "; {} while tracing, past the cap of {} ({})",
+            "; {} while tracing, past the cap of {} (a larger --defer SIZE holds more)",
             h.early,
-            mib(cap),
-            // Memory is held in blocks of a huge page: a cap under one holds nothing.
-            if cap < ntprof_perf::perf::HUGE_PAGE {
-                "--defer holds memory in blocks of 2 MiB: give a SIZE of 2M or more"
-            } else {
-                "a larger --defer SIZE holds more"
-            }
+            mib(cap)
         ));
     }
     if h.ready_before > 0 {
@@ -905,7 +898,7 @@ mod tests {
             ready.contains("256.0 MiB faulted in before tracing, in 737 ms (5.76 ms per 2 MiB)"),
             "{ready}"
         );
-        // A cap under one block holds nothing: the line says so, in a unit that reads.
+        // A tiny cap (a round or so held at a time) in a unit that reads, not "0.0 MiB".
         let early = |cap| {
             let h = DeferStats {
                 peak: 0,
@@ -917,8 +910,7 @@ mod tests {
         let tiny = early(4096);
         assert!(
             tiny.contains("held 0 bytes at most")
-                && tiny.contains("300 while tracing, past the cap of 4.0 KiB")
-                && tiny.contains("give a SIZE of 2M or more"),
+                && tiny.contains("300 while tracing, past the cap of 4.0 KiB (a larger"),
             "{tiny}"
         );
         let small = early(64 << 20);
