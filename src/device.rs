@@ -16,6 +16,8 @@ pub enum DeviceError {
     },
     #[error("{path} holds `{text}`, not major:minor")]
     BadDev { path: PathBuf, text: String },
+    #[error("{path} holds `{text}`, not a number of sectors")]
+    BadSectors { path: PathBuf, text: String },
 }
 
 /// A resolved whole-disk device.
@@ -27,6 +29,9 @@ pub struct BlockDevice {
     /// Set when the user named a partition: request events are reported against the
     /// whole disk, so the disk is traced and this says which partition was asked for.
     pub partition_of: Option<String>,
+    /// The partition's sectors on the disk (512-byte units, as request events give a
+    /// position): its requests are the disk's requests inside this span.
+    pub span: Option<std::ops::Range<u64>>,
 }
 
 impl BlockDevice {
@@ -86,11 +91,19 @@ impl SysBlock {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
         };
+        let span = if is_partition {
+            let start = read_sectors(&dir.join("start"))?;
+            let size = read_sectors(&dir.join("size"))?;
+            Some(start..start.saturating_add(size))
+        } else {
+            None
+        };
         Ok(BlockDevice {
             name: name_of(&disk_dir),
             major,
             minor,
             partition_of: is_partition.then(|| name_of(&dir)),
+            span,
         })
     }
 
@@ -190,6 +203,17 @@ fn read_dev(path: &Path) -> Result<(u32, u32), DeviceError> {
         })
 }
 
+fn read_sectors(path: &Path) -> Result<u64, DeviceError> {
+    let text = fs::read_to_string(path).map_err(|source| DeviceError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    text.trim().parse().map_err(|_| DeviceError::BadSectors {
+        path: path.to_path_buf(),
+        text: text.trim().to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +253,8 @@ mod tests {
         fs::write(devices.join("vdz/dev"), "254:16\n").unwrap();
         fs::write(devices.join("vdz/vdz1/dev"), "254:17\n").unwrap();
         fs::write(devices.join("vdz/vdz1/partition"), "1\n").unwrap();
+        fs::write(devices.join("vdz/vdz1/start"), "2048\n").unwrap();
+        fs::write(devices.join("vdz/vdz1/size"), "4096\n").unwrap();
         fs::create_dir_all(root.join("class/block")).unwrap();
         fs::create_dir_all(root.join("dev/block")).unwrap();
         std::os::unix::fs::symlink(devices.join("vdz"), root.join("class/block/vdz")).unwrap();
@@ -249,6 +275,7 @@ mod tests {
         let p = s.resolve("vdz1").unwrap();
         assert_eq!((p.name.as_str(), p.minor), ("vdz", 16));
         assert_eq!(p.partition_of.as_deref(), Some("vdz1"));
+        assert_eq!((d.span, p.span), (None, Some(2048..6144)));
         let e = s.resolve("nosuch").unwrap_err().to_string();
         assert!(e.contains("nosuch") && e.contains("lsblk"), "{e}");
         assert_eq!(

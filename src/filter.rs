@@ -14,6 +14,9 @@ use std::fmt;
 pub enum Cmp {
     Eq,
     Ne,
+    /// `>=`: with [`Cmp::Lt`], a span of positions (a partition's sectors).
+    Ge,
+    Lt,
 }
 
 /// A tracepoint filter expression.
@@ -37,6 +40,30 @@ impl Filter {
 
     pub fn ne(field: &'static str, v: u64) -> Filter {
         Filter::Cmp(field, Cmp::Ne, v)
+    }
+
+    /// `field >= start && field < end`.
+    pub fn within(field: &'static str, span: &std::ops::Range<u64>) -> Filter {
+        Filter::All(vec![
+            Filter::Cmp(field, Cmp::Ge, span.start),
+            Filter::Cmp(field, Cmp::Lt, span.end),
+        ])
+    }
+
+    /// Any of the parts; `None` when there are none.
+    pub fn any(parts: impl IntoIterator<Item = Filter>) -> Option<Filter> {
+        let mut v: Vec<Filter> = Vec::new();
+        for p in parts {
+            match p {
+                Filter::Any(inner) => v.extend(inner),
+                other => v.push(other),
+            }
+        }
+        match v.len() {
+            0 => None,
+            1 => v.pop(),
+            _ => Some(Filter::Any(v)),
+        }
     }
 
     /// `field == a || field == b …` over the sorted, distinct values; `None` for none
@@ -128,6 +155,8 @@ impl fmt::Display for Filter {
         match self {
             Filter::Cmp(field, Cmp::Eq, v) => write!(f, "{field} == {v}"),
             Filter::Cmp(field, Cmp::Ne, v) => write!(f, "{field} != {v}"),
+            Filter::Cmp(field, Cmp::Ge, v) => write!(f, "{field} >= {v}"),
+            Filter::Cmp(field, Cmp::Lt, v) => write!(f, "{field} < {v}"),
             Filter::BitClear(field, bit) => write!(f, "!({field} & {bit})"),
             Filter::BitSet(field, bit) => write!(f, "{field} & {bit}"),
             Filter::All(parts) => join(f, parts, " && ", true),
@@ -221,5 +250,28 @@ mod tests {
         .unwrap();
         assert_eq!(f.render(), "ctrl_id == 1 && qid != 0 && nsid == 2");
         assert_eq!(Filter::and(None, None), None);
+    }
+
+    #[test]
+    fn spans_are_two_comparisons_grouped_where_they_sit_in_an_or() {
+        assert_eq!(
+            Filter::within("sector", &(2048..4096)).render(),
+            "sector >= 2048 && sector < 4096"
+        );
+        let f = Filter::any([
+            Filter::eq("sector", 0),
+            Filter::within("sector", &(8..16)),
+            Filter::any([Filter::eq("dev", 1), Filter::eq("dev", 2)]).unwrap(),
+        ])
+        .unwrap();
+        assert_eq!(
+            f.render(),
+            "sector == 0 || (sector >= 8 && sector < 16) || dev == 1 || dev == 2"
+        );
+        assert_eq!(Filter::any([]), None);
+        assert_eq!(
+            Filter::any([Filter::eq("dev", 1)]),
+            Some(Filter::eq("dev", 1))
+        );
     }
 }

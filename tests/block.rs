@@ -64,6 +64,55 @@ fn record_direct_4k_writes_exactly() {
     let _ = std::fs::remove_file(csv);
 }
 
+/// `--device` naming a partition keeps the requests inside it, as blktrace keeps a
+/// partition's LBA range: the other partition's and the disk's own are not rows.
+#[test]
+fn a_partition_is_its_own_requests() {
+    if !kernel_ready("a_partition_is_its_own_requests") {
+        return;
+    }
+    // p1 at sectors 2048..6144, p2 at 6144..10240.
+    let l = LoopDev::partitioned("part", 8, &[(2048, 4096), (6144, 4096)]);
+    l.scheduler("none");
+    let (p1, p2) = (format!("{}p1", l.dev), format!("{}p2", l.dev));
+    let script = format!(
+        "dd if=/dev/zero of={p1} bs=4k count=60 oflag=direct status=none && \
+         dd if=/dev/zero of={p2} bs=8k count=40 oflag=direct status=none && \
+         dd if=/dev/zero of={} bs=4k seek=1 count=30 oflag=direct status=none",
+        l.dev
+    );
+    let cmd = ["sh".to_string(), "-c".into(), script];
+    let run = |dev: &str, name: &str| {
+        let csv = tmp(name);
+        let out = record(dev, &csv, &cmd);
+        let rows = read_csv(&csv);
+        let _ = std::fs::remove_file(csv);
+        (rows, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (rows, err) = run(&p1, "part1.csv");
+    assert!(
+        err.contains("is a partition of") && err.contains("2048..6144"),
+        "{err}"
+    );
+    assert_clean("a partition", &err);
+    assert_eq!(
+        rows.len(),
+        60,
+        "p1's 60 writes, not p2's 40 nor the disk's 30: {err}"
+    );
+    for r in &rows {
+        let sector = num(r, "sector");
+        assert!((2048..6144).contains(&sector), "{r:?}");
+        assert_eq!((&*r["device"], &*r["bytes"]), (&*l.name, "4096"), "{r:?}");
+    }
+    let (rows, err) = run(&format!("{},{}", p2, p1), "part12.csv");
+    assert_eq!(rows.len(), 100, "{err}");
+    assert_eq!(rows.iter().filter(|r| num(r, "bytes") == 8192).count(), 40);
+    // The disk named as well: all of it.
+    let (rows, err) = run(&format!("{},{}", p1, l.dev), "partdisk.csv");
+    assert_eq!(rows.len(), 130, "{err}");
+}
+
 #[test]
 fn record_reads_through_a_scheduler_have_q2d() {
     if !kernel_ready("record_reads_through_a_scheduler_have_q2d") {

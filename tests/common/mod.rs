@@ -66,6 +66,56 @@ impl LoopDev {
         LoopDev { dev, name, dir }
     }
 
+    /// A loop device whose image has an MBR with these partitions (start, sectors),
+    /// scanned by the kernel on attach (`losetup -P`): `{dev}p1`, `{dev}p2`, …
+    pub fn partitioned(tag: &str, mib: u32, parts: &[(u32, u32)]) -> LoopDev {
+        let dir = tmp(&format!("loop-{tag}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
+                .arg(&dir),
+        );
+        let img = dir.join("img");
+        let mut mbr = vec![0u8; 512];
+        for (i, &(start, size)) in parts.iter().enumerate() {
+            let e = &mut mbr[446 + 16 * i..462 + 16 * i];
+            e[4] = 0x83;
+            e[8..12].copy_from_slice(&start.to_le_bytes());
+            e[12..16].copy_from_slice(&size.to_le_bytes());
+        }
+        mbr[510..].copy_from_slice(&[0x55, 0xaa]);
+        std::fs::write(&img, &mbr).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        f.set_len(mib as u64 * 1024 * 1024).unwrap();
+        let out = run_ok(
+            Command::new("losetup")
+                .args(["-P", "-f", "--show"])
+                .arg(&img),
+        );
+        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let name = dev.trim_start_matches("/dev/").to_string();
+        let l = LoopDev { dev, name, dir };
+        let last = format!("{}p{}", l.dev, parts.len());
+        let appeared = || {
+            (0..100).any(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                Path::new(&last).exists()
+            })
+        };
+        if !appeared() {
+            // A kernel without the MBR parser (CONFIG_MSDOS_PARTITION unset, as on these
+            // VMs) scans nothing: partx reads the table and adds them (BLKPG).
+            run_ok(Command::new("partx").args(["-a", &l.dev]));
+            assert!(
+                appeared(),
+                "{last} did not appear after `partx -a {}`",
+                l.dev
+            );
+        }
+        l
+    }
+
     /// The image the device is attached to.
     pub fn image(&self) -> PathBuf {
         self.dir.join("img")

@@ -71,7 +71,7 @@ impl Profile for Bio {
         let rate = sample::rate(ctx)?;
         let mut b = PlanBuilder::new(ctx.tfs);
         let names = ctx.sys.names();
-        let asked = devices(ctx, &mut b)?;
+        let asked = devices(ctx, &mut b, false)?;
         let devs: Vec<u32> = if asked.is_empty() {
             let mut v: Vec<u32> = names
                 .iter()

@@ -97,6 +97,7 @@ use crate::decode::Event;
 use crate::device::dev_text;
 use crate::profile::shared::block_events::{BlockEvent, BlockKind, Op};
 use crate::profile::shared::device_io::DeviceIo;
+use crate::profile::shared::select::in_spans;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
@@ -168,6 +169,10 @@ impl Started for Pending {
 pub struct BlockConfig {
     /// Only these devices (kernel dev_t); empty = all.
     pub devices: Vec<u32>,
+    /// Of a disk with partitions here, only the requests inside them (`--device` named
+    /// partitions; see [`in_spans`]). As with `devices`, the kernel filter does this;
+    /// the correlator holds to it whatever feeds it.
+    pub spans: Vec<(u32, std::ops::Range<u64>)>,
     /// Names for dev_t values, for the `device` column.
     pub names: HashMap<u32, String>,
     /// In-flight requests kept at most; beyond it the oldest are given up.
@@ -189,6 +194,7 @@ impl Default for BlockConfig {
     fn default() -> Self {
         BlockConfig {
             devices: Vec::new(),
+            spans: Vec::new(),
             names: HashMap::new(),
             max_in_flight: DEFAULT_MAX,
             inserts: true,
@@ -786,6 +792,9 @@ impl BlockCorrelator {
 
     fn on_block(&mut self, t: u64, e: &BlockEvent, out: &mut dyn FnMut(BlockRecord)) {
         if !self.cfg.devices.is_empty() && !self.cfg.devices.contains(&e.dev) {
+            return;
+        }
+        if !self.cfg.spans.is_empty() && !in_spans(&self.cfg.spans, e.dev, e.sector) {
             return;
         }
         let key = (e.dev, e.sector);

@@ -11,7 +11,9 @@ use super::{sample, EventReq, Need, Plan, PlanBuilder, PlanCtx, PlanError, Profi
 use crate::device::BlockDevice;
 use crate::filter::Filter;
 use crate::profile::shared::block_events::{BlockEvent, BlockLayout};
-use crate::profile::shared::select::{dev_filter, device_args, devices, sector_sample_mask};
+use crate::profile::shared::select::{
+    device_args, devices, disk_filter, sector_sample_mask, spans,
+};
 use crate::profile::Descriptor;
 use crate::record::Tabled;
 use correlate::{BlockConfig, BlockCorrelator};
@@ -103,19 +105,20 @@ impl Profile for Block {
         // Every event the block profile opens is a `BlockLayout`: decoded with no
         // dynamic call per sample.
         let mut b = PlanBuilder::<BlockEvent, BlockLayout>::direct(ctx.tfs);
-        let asked = devices(ctx, &mut b)?;
+        let asked = devices(ctx, &mut b, true)?;
         let devs: Vec<u32> = asked.iter().map(BlockDevice::kernel_dev).collect();
+        let disks = disk_filter(&asked);
         let names: Vec<String> = asked.iter().map(|d| d.name.clone()).collect();
         let mask = sector_sample_mask(ctx, &mut b, rate, &names)?;
         let sampled = Filter::and(
-            dev_filter(&devs),
+            disks.clone(),
             mask.and_then(|m| sample::filter("sector", m)),
         );
         for e in EVENTS.iter().filter(|e| ctx.opens(e.system, e.event)) {
             // A front merge moves a request's start: seen whole, it tells the
             // correlator when that takes a request in or out of the sample.
             let filter = match e.event {
-                "block_bio_frontmerge" => dev_filter(&devs),
+                "block_bio_frontmerge" => disks.clone(),
                 _ => sampled.clone(),
             };
             b.open("block", e.event, filter, |fmt| {
@@ -150,6 +153,7 @@ impl Profile for Block {
         }
         Ok(b.build(BlockCorrelator::new(BlockConfig {
             devices: devs,
+            spans: spans(&asked),
             names: ctx.sys.names(),
             inserts,
             sampled: rate > 1 || sample::dynamic(ctx),

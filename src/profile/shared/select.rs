@@ -7,6 +7,7 @@ use crate::decode::{Layout, Mapped};
 use crate::device::BlockDevice;
 use crate::filter::Filter;
 use crate::profile::{sample, PlanBuilder, PlanCtx, PlanError};
+use std::ops::Range;
 
 /// `--device`, for the profiles that select block devices.
 pub fn device_arg() -> clap::Arg {
@@ -17,7 +18,7 @@ pub fn device_arg() -> clap::Arg {
         .action(clap::ArgAction::Append)
         // `-d loop0,loop1` as iostat and perf take lists: a device name never has a comma.
         .value_delimiter(',')
-        .help("block, bio: only this block device: a name (nvme0n1), a path (/dev/loop0) or major:minor. Several: repeat it or separate them with commas (-d loop0,loop1). Applied in the kernel with a tracepoint filter. Default: all")
+        .help("block, bio: only this block device: a name (nvme0n1), a path (/dev/loop0) or major:minor. Several: repeat it or separate them with commas (-d loop0,loop1). A partition (nvme0n1p2): block keeps its disk's requests inside it, and the disk's flushes, which belong to no partition (as blktrace does); bio traces the whole disk. Applied in the kernel with a tracepoint filter. Default: all")
 }
 
 /// The flags of the profiles that follow block devices (block, bio): `--device` and
@@ -31,19 +32,26 @@ pub fn device_args() -> Vec<clap::Arg> {
 }
 
 /// The devices `--device` names, resolved through sysfs. A partition is traced as its
-/// whole disk (request events name the disk), with a note saying so.
+/// whole disk (request events name the disk), with a note saying so; `spans` says
+/// whether the profile keeps only the requests inside it ([`disk_filter`]).
 pub fn devices<K: 'static, L: Layout<K> + ?Sized + 'static>(
     ctx: &PlanCtx<'_>,
     b: &mut PlanBuilder<'_, K, L>,
+    spans: bool,
 ) -> Result<Vec<BlockDevice>, PlanError> {
     let mut out = Vec::new();
     for d in ctx.flags::<String>("device") {
         let dev = ctx.sys.resolve(&d)?;
-        if let Some(p) = &dev.partition_of {
-            b.note(format!(
+        match (&dev.partition_of, &dev.span) {
+            (Some(p), Some(s)) if spans => b.note(format!(
+                "{p} is a partition of {}: tracing its requests at sectors {}..{} (and the disk's flushes, which carry no sector); rows name the disk",
+                dev.name, s.start, s.end
+            )),
+            (Some(p), _) => b.note(format!(
                 "{p} is a partition; block requests are reported against the whole disk, tracing {}",
                 dev.name
-            ));
+            )),
+            _ => {}
         }
         out.push(dev);
     }
@@ -54,6 +62,59 @@ pub fn devices<K: 'static, L: Layout<K> + ?Sized + 'static>(
 pub fn dev_filter(devs: &[u32]) -> Option<Filter> {
     let v: Vec<u64> = devs.iter().map(|&d| d as u64).collect();
     Filter::one_of("dev", &v)
+}
+
+/// The partitions among `devs`: (disk dev_t, its sectors), the partitions of a disk
+/// also named whole left out (the disk takes all of its requests).
+pub fn spans(devs: &[BlockDevice]) -> Vec<(u32, Range<u64>)> {
+    let whole: Vec<u32> = (devs.iter().filter(|d| d.span.is_none()))
+        .map(BlockDevice::kernel_dev)
+        .collect();
+    let mut v: Vec<(u32, Range<u64>)> = (devs.iter())
+        .filter_map(|d| Some((d.kernel_dev(), d.span.clone()?)))
+        .filter(|(dev, _)| !whole.contains(dev))
+        .collect();
+    v.sort_by_key(|(dev, s)| (*dev, s.start, s.end));
+    v.dedup();
+    v
+}
+
+/// Whether a request event at `sector` of disk `dev` is one of [`spans`]'s (`spans`
+/// empty: every one is). As [`disk_filter`] decides in the kernel, for a capture
+/// that was recorded without it.
+pub fn in_spans(spans: &[(u32, Range<u64>)], dev: u32, sector: u64) -> bool {
+    let mut of_dev = spans.iter().filter(|(d, _)| *d == dev).peekable();
+    of_dev.peek().is_none() || no_sector(sector) || of_dev.any(|(_, s)| s.contains(&sector))
+}
+
+/// A request that carries no position (a flush: 0 when queued and issued, 2^64 - 1
+/// when it completes) belongs to no partition and is kept with each.
+fn no_sector(sector: u64) -> bool {
+    sector == 0 || sector == u64::MAX
+}
+
+/// The kernel filter keeping the request events of `devs`: a disk's by its dev_t, a
+/// partition's by its disk's and a sector inside it (or none, see [`no_sector`]), as
+/// blktrace keeps a partition's LBA range.
+pub fn disk_filter(devs: &[BlockDevice]) -> Option<Filter> {
+    let spans = spans(devs);
+    let mut disks: Vec<u32> = devs.iter().map(BlockDevice::kernel_dev).collect();
+    disks.sort_unstable();
+    disks.dedup();
+    Filter::any(disks.into_iter().map(|dev| {
+        let inside: Vec<Filter> = (spans.iter().filter(|(d, _)| *d == dev))
+            .map(|(_, s)| Filter::within("sector", s))
+            .collect();
+        let at_dev = Filter::eq("dev", dev.into());
+        if inside.is_empty() {
+            return at_dev;
+        }
+        let placeless = [Filter::eq("sector", 0), Filter::eq("sector", u64::MAX)];
+        Filter::All(vec![
+            at_dev,
+            Filter::Any(placeless.into_iter().chain(inside).collect()),
+        ])
+    }))
 }
 
 /// The sector bits `--sample` tests (`None` without sampling); the default alignment
@@ -122,4 +183,51 @@ pub fn selection_args() -> Vec<clap::Arg> {
             .action(ArgAction::SetTrue)
             .help("nvme, nvmet, nvme-tcp: also trace admin queue (qid 0) commands, skipped by default"),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(minor: u32, span: Option<Range<u64>>) -> BlockDevice {
+        BlockDevice {
+            name: format!("loop{minor}"),
+            major: 7,
+            minor,
+            partition_of: span.as_ref().map(|_| format!("loop{minor}p1")),
+            span,
+        }
+    }
+
+    #[test]
+    fn a_partition_is_its_disk_at_its_sectors_and_a_whole_disk_takes_all() {
+        let (d0, d1) = (
+            crate::device::kernel_dev(7, 0),
+            crate::device::kernel_dev(7, 1),
+        );
+        let p = [
+            dev(0, Some(2048..4096)),
+            dev(0, Some(8192..9000)),
+            dev(1, None),
+        ];
+        assert_eq!(
+            disk_filter(&p).unwrap().render(),
+            format!(
+                "(dev == {d0} && (sector == 0 || sector == {} || (sector >= 2048 && sector < 4096) || (sector >= 8192 && sector < 9000))) || dev == {d1}",
+                u64::MAX
+            )
+        );
+        let s = spans(&p);
+        assert_eq!(s, [(d0, 2048..4096), (d0, 8192..9000)]);
+        assert!(in_spans(&s, d0, 2048) && in_spans(&s, d0, 8999));
+        assert!(!in_spans(&s, d0, 4096) && !in_spans(&s, d0, 2047));
+        // Flushes carry no sector; another disk's events are not the spans' to judge.
+        assert!(in_spans(&s, d0, 0) && in_spans(&s, d0, u64::MAX) && in_spans(&s, d1, 5));
+        assert!(in_spans(&[], d0, 5));
+        // The disk named whole as well: all of it.
+        let both = [dev(0, Some(2048..4096)), dev(0, None)];
+        assert!(spans(&both).is_empty());
+        assert_eq!(disk_filter(&both).unwrap().render(), format!("dev == {d0}"));
+        assert_eq!(disk_filter(&[]), None);
+    }
 }
