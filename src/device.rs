@@ -153,6 +153,30 @@ impl SysBlock {
         out
     }
 
+    /// The hidden path disks under `head` when it is an NVMe multipath namespace head
+    /// (see [`multipath_head`]), sorted; empty for any other disk.
+    pub fn multipath_paths(&self, head: &str) -> Vec<String> {
+        self.paths_where(|h| h == head)
+    }
+
+    /// Every NVMe multipath path disk of this host, sorted.
+    pub fn all_multipath_paths(&self) -> Vec<String> {
+        self.paths_where(|_| true)
+    }
+
+    fn paths_where(&self, head: impl Fn(&str) -> bool) -> Vec<String> {
+        let Ok(rd) = fs::read_dir(self.root.join("class/block")) else {
+            return Vec::new();
+        };
+        let mut v: Vec<String> = rd
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| multipath_head(n).is_some_and(|h| head(&h)))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// dev_t → name for every block device, for the `device` column.
     pub fn names(&self) -> HashMap<u32, String> {
         let mut m = HashMap::new();
@@ -169,6 +193,20 @@ impl SysBlock {
         }
         m
     }
+}
+
+/// The namespace head above a native-multipath path disk: `nvme1c2n3` → `nvme1n3`.
+/// With multipath (distribution kernels), a namespace of a multi-controller subsystem
+/// (every Linux nvmet target's) is a bio-based head disk, `nvme<subsys>n<ns>`, whose
+/// bios are queued there and made into requests on a hidden path disk of the
+/// controller, `nvme<subsys>c<ctrl>n<ns>` (drivers/nvme/host: `nvme_mpath_set_disk_name`),
+/// which has no dev_t in sysfs. `None` for any other name.
+pub fn multipath_head(name: &str) -> Option<String> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let rest = name.strip_prefix("nvme")?;
+    let (subsys, rest) = rest.split_once('c')?;
+    let (ctrl, ns) = rest.split_once('n')?;
+    (digits(subsys) && digits(ctrl) && digits(ns)).then(|| format!("nvme{subsys}n{ns}"))
 }
 
 /// `dev_t` as the kernel encodes it inside trace records (not the user-space encoding).
@@ -217,6 +255,23 @@ fn read_sectors(path: &Path) -> Result<u64, DeviceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_multipath_path_names_its_head() {
+        assert_eq!(multipath_head("nvme1c2n3").as_deref(), Some("nvme1n3"));
+        assert_eq!(multipath_head("nvme10c11n12").as_deref(), Some("nvme10n12"));
+        for other in [
+            "nvme1n3",
+            "nvme1n3p1",
+            "nvmec1n1",
+            "nvme1c1n",
+            "nvme1c1n1p2",
+            "sda",
+            "",
+        ] {
+            assert_eq!(multipath_head(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn dev_encoding() {
@@ -276,6 +331,11 @@ mod tests {
         assert_eq!((p.name.as_str(), p.minor), ("vdz", 16));
         assert_eq!(p.partition_of.as_deref(), Some("vdz1"));
         assert_eq!((d.span, p.span), (None, Some(2048..6144)));
+        // A hidden multipath path has no dev file; its head is found by name.
+        fs::create_dir_all(root.join("class/block/nvme3c4n1")).unwrap();
+        assert_eq!(s.multipath_paths("nvme3n1"), ["nvme3c4n1"]);
+        assert!(s.multipath_paths("vdz").is_empty());
+        assert_eq!(s.all_multipath_paths(), ["nvme3c4n1"]);
         let e = s.resolve("nosuch").unwrap_err().to_string();
         assert!(e.contains("nosuch") && e.contains("lsblk"), "{e}");
         assert_eq!(

@@ -941,3 +941,75 @@ fn a_perf_capture_in_the_guest_imports_to_the_live_rows() {
         "every time identical: not two recorders"
     );
 }
+
+/// With NVMe native multipath on, as distribution kernels boot, the namespace is a head
+/// disk whose bios become requests on a hidden path disk with a device number sysfs
+/// does not give: every I/O is still one whole row with its block stages (the bio
+/// queued on the head joined to the request on the path), the block profile refuses
+/// the head with what to do, and the nvme profile says which stages it cannot give.
+#[test]
+fn nvme_tcp_through_native_multipath() {
+    if !vm_enabled("nvme_tcp_through_native_multipath") {
+        return;
+    }
+    let (repo, out, bin) = vm_paths("vm-multipath");
+    if std::env::var("NTPROF_VM_REUSE").as_deref() != Ok("1") {
+        let rig = ["--patches", "--multipath", "--timeout", "600"];
+        run_vm(&repo, &rig, "tests/vm/guest/multipath.sh", &out, &bin, NIOS);
+    }
+    let dir = out.join("multipath");
+    let head = read(&dir.join("head")).trim().to_string();
+    let paths: Vec<String> = read(&dir.join("paths")).lines().map(String::from).collect();
+    assert!(
+        !paths.is_empty()
+            && paths
+                .iter()
+                .all(|p| ntprof_perf::device::multipath_head(p).as_deref() == Some(head.as_str())),
+        "the rig did not boot with multipath: head {head}, paths {paths:?}"
+    );
+    for name in ["qd1", "qd8"] {
+        let err = read(&dir.join(format!("{name}.err")));
+        let rows = read_csv(&dir.join(format!("{name}.csv")));
+        let ios = fio_ios(&dir.join(format!("fio-{name}.json")));
+        assert_eq!(rows.len() as u64, ios, "{name}: one row per fio I/O\n{err}");
+        let ok = common::ok_rows(&rows, &err);
+        assert!(!ok.is_empty(), "{name}: no ok row\n{err}");
+        for r in ok {
+            assert!(paths.contains(&r["disk"]), "{name}: disk of {r:?}");
+            assert_eq!(r["chain"], "complete", "{name}: {r:?}");
+            // The bio queued on the head, joined to the request made on the path.
+            assert!(num(r, "blk_submission_ns") > 0, "{name}: {r:?}");
+            assert!(num(r, "blk_completion_ns") > 0, "{name}: {r:?}");
+        }
+    }
+    let status = read(&dir.join("block-head.status"));
+    let err = read(&dir.join("block-head.err"));
+    assert_ne!(status.trim(), "0", "block -d {head} must be refused\n{err}");
+    assert!(
+        err.contains("multipath head") && err.contains(&paths[0]),
+        "the refusal names the head's paths: {err}"
+    );
+    // The bio profile leaves the head out (its bios complete on the path), says so,
+    // and has nothing else to trace here.
+    let err = read(&dir.join("bio.err"));
+    assert_ne!(read(&dir.join("bio.status")).trim(), "0", "{err}");
+    assert!(
+        err.contains(&format!("NVMe multipath heads {head}")),
+        "{err}"
+    );
+    let err = read(&dir.join("nvme.err"));
+    let rows = read_csv(&dir.join("nvme.csv"));
+    assert!(
+        err.contains("NVMe multipath") && err.contains(&paths[0]),
+        "{err}"
+    );
+    assert_eq!(
+        rows.len() as u64,
+        fio_ios(&dir.join("fio-nvme.json")),
+        "{err}"
+    );
+    assert!(
+        common::ok_rows(&rows, &err).len() * 10 >= rows.len() * 9,
+        "{err}"
+    );
+}

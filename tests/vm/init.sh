@@ -96,7 +96,12 @@ disk_of() {   # disk_of TRANSPORT [NQN]
         [ "$(cat "$c/transport" 2>/dev/null)" = "$1" ] || continue
         [ -z "${2:-}" ] || [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$2" ] || continue
         for n in "$c"/nvme*n*; do
-            [ -b "/dev/${n##*/}" ] && { echo "/dev/${n##*/}"; return 0; }
+            d=${n##*/}
+            [ -b "/dev/$d" ] && { echo "/dev/$d"; return 0; }
+            # Multipath: the controller holds a hidden path (nvmeXcYnZ, no device
+            # node); the disk is its namespace head, nvmeXnZ.
+            h=${d%%c*}n${d##*n}
+            [ "$h" != "$d" ] && [ -b "/dev/$h" ] && { echo "/dev/$h"; return 0; }
         done
     done
     return 1

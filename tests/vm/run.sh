@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh [--patches] [--digest] [--nullb-delay-us US] [--timeout SEC] GUEST_SCRIPT OUTDIR [ARGS...]
+# run.sh [--patches] [--digest] [--multipath] [--nullb-delay-us US] [--timeout SEC] GUEST_SCRIPT OUTDIR [ARGS...]
 #
 # Boots the NVMe/TCP test VM (QEMU TCG, 2 vCPUs, 1 GiB) and runs GUEST_SCRIPT in it.
 #   GUEST_SCRIPT  host path of a script; in the guest it runs inside the host root
@@ -11,6 +11,10 @@
 #   --patches     boot the kernel built with kernel_change/apply.sh (uname -r *-ntprof).
 #   --digest      also export a second subsystem (ntprof-digest, null_blk /dev/nullb1)
 #                 on the same port and connect to it with header and data digests.
+#   --multipath   NVMe native multipath on, as distribution kernels boot: the NVMe/TCP
+#                 namespace is a head disk (nvmeXnZ, bio-based) whose I/O goes to a
+#                 hidden path disk (nvmeXcYnZ) of the controller. Off by default
+#                 (nvme_core.multipath=N): one request-based disk per namespace.
 #   --nullb-delay-us US  null_blk completes each I/O US µs later (timer mode). On
 #                 loopback the host queue, the target queue and the submitter share
 #                 a CPU, and the high-priority nvme-tcp/nvmet-tcp workers finish each
@@ -48,11 +52,12 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-PATCHES=() TIMEOUT=${NTPROF_VM_TIMEOUT:-300} DIGEST=0 NULLB=
+PATCHES=() TIMEOUT=${NTPROF_VM_TIMEOUT:-300} DIGEST=0 NULLB= MPATH=nvme_core.multipath=N
 while [ $# -gt 0 ]; do
     case $1 in
         --patches) PATCHES=(--patches); shift ;;
         --digest) DIGEST=1; shift ;;
+        --multipath) MPATH=; shift ;;
         --nullb-delay-us) NULLB="null_blk.irqmode=2 null_blk.completion_nsec=$(($2 * 1000))"; shift 2 ;;
         --timeout) TIMEOUT=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -61,7 +66,7 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
-[ $# -ge 2 ] || die "usage: $0 [--patches] [--digest] [--nullb-delay-us US] [--timeout SEC] GUEST_SCRIPT OUTDIR [ARGS...]"
+[ $# -ge 2 ] || die "usage: $0 [--patches] [--digest] [--multipath] [--nullb-delay-us US] [--timeout SEC] GUEST_SCRIPT OUTDIR [ARGS...]"
 SCRIPT=$(realpath -e "$1") || die "guest script $1 not found"
 mkdir -p "$2"; OUTDIR=$(realpath -e "$2"); shift 2
 case $OUTDIR$SCRIPT$REPO_ROOT in *[[:space:]\'\"]*) die "paths with spaces/quotes are not supported" ;; esac
@@ -84,7 +89,7 @@ q() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 for a in "$@"; do printf '%s\n' "$a" >> "$OUTDIR/vm-args"; done
 
 # nullb1 backs the digest subsystem (when --digest); an idle null_blk costs nothing.
-APPEND="console=ttyS0 panic=-1 oops=panic quiet loglevel=4 null_blk.gb=1 null_blk.nr_devices=2 $NULLB ${NTPROF_VM_APPEND:-}"
+APPEND="console=ttyS0 panic=-1 oops=panic quiet loglevel=4 null_blk.gb=1 null_blk.nr_devices=2 $NULLB $MPATH ${NTPROF_VM_APPEND:-}"
 QEMU=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max
       -smp "${NTPROF_VM_SMP:-2}" -m "${NTPROF_VM_MEM:-1G}"
       -kernel "$KDIR/vmlinux" -initrd "$INITRD" -append "$APPEND"

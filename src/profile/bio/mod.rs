@@ -50,6 +50,14 @@ fn bio_based(name: &str) -> bool {
     dir.is_dir() && !dir.join("mq").exists()
 }
 
+/// What is said of the NVMe multipath heads left out.
+fn mpath_heads(heads: &[&str]) -> String {
+    format!(
+        "the NVMe multipath heads {} (their bios complete on hidden path disks: --profile nvme-tcp or nvme follow their commands)",
+        heads.join(", ")
+    )
+}
+
 /// What this profile is, what it opens and what it writes.
 static DESCRIPTOR: Descriptor = Descriptor {
     name: "bio",
@@ -72,13 +80,20 @@ impl Profile for Bio {
         let mut b = PlanBuilder::new(ctx.tfs);
         let names = ctx.sys.names();
         let asked = devices(ctx, &mut b, false)?;
+        // An NVMe multipath head is bio-based, but its bios complete on its hidden path
+        // disk, whose device number sysfs does not give: left out, and said so.
+        let mut heads: Vec<&str> = Vec::new();
         let devs: Vec<u32> = if asked.is_empty() {
-            let mut v: Vec<u32> = names
-                .iter()
-                .filter(|(_, n)| bio_based(n))
-                .map(|(d, _)| *d)
-                .collect();
+            let mut v: Vec<u32> = Vec::new();
+            for (d, n) in names.iter().filter(|(_, n)| bio_based(n)) {
+                if ctx.sys.multipath_paths(n).is_empty() {
+                    v.push(*d);
+                } else {
+                    heads.push(n);
+                }
+            }
             v.sort_unstable();
+            heads.sort_unstable();
             v
         } else {
             if let Some(d) = asked.iter().find(|d| !bio_based(&d.name)) {
@@ -89,13 +104,19 @@ impl Profile for Bio {
             }
             asked.iter().map(BlockDevice::kernel_dev).collect()
         };
+        if !heads.is_empty() && !devs.is_empty() {
+            b.note(format!("not tracing {}", mpath_heads(&heads)));
+        }
         // A capture's events are what perf recorded, of devices this host may not have
         // (another host's, or a device-mapper stack torn down since): every device in
         // it is a row's, and clones below a remap are followed as ever.
         if devs.is_empty() && !ctx.capture {
             return Err(PlanError::Flag {
                 flag: "--profile bio".into(),
-                why: "no bio-based block device (device-mapper, md, zram) on this host now; for disks use --profile block".into(),
+                why: format!(
+                    "no bio-based block device (device-mapper, md, zram) on this host now{}; for disks use --profile block",
+                    if heads.is_empty() { String::new() } else { format!(" but {}", mpath_heads(&heads)) }
+                ),
             });
         }
         // With --device, the bio-based devices below the asked ones are traced too, so a

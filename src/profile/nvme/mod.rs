@@ -113,6 +113,14 @@ impl Profile for Nvme {
             .collect();
         let mut b = PlanBuilder::new(ctx.tfs);
         b.sample(rate);
+        let paths = ctx.sys.all_multipath_paths();
+        if !paths.is_empty() && !cfg.disk_devs.is_empty() {
+            // Their requests' block events carry a device number sysfs does not give.
+            b.note(format!(
+                "NVMe multipath: commands on the path disks {} have no blk_to_driver_ns or total_ns (their block events name the path by a device number sysfs does not give)",
+                paths.join(", ")
+            ));
+        }
         if cfg.disk_devs.is_empty() {
             b.note(format!(
                 "no nvme disks in /sys/class/block yet: LBA size assumed {DEFAULT_LBA_SIZE} (see the lba_size column), no block-layer stages"

@@ -19,7 +19,9 @@ use crate::correlate::keyed::Keyed;
 use crate::correlate::lost::LostEnds;
 use crate::correlate::{Correlator, Counters, Gap, Starts, UnmatchedLog};
 use crate::decode::Event;
+use crate::device::multipath_head;
 use crate::profile::shared::block_events::{BlockEvent, BlockKind};
+use crate::profile::shared::nvme_events::Disk;
 
 /// A host request in flight at a (dev, sector), until its block completion: its key
 /// and the slot its state is in (see [`Keyed::at`]).
@@ -98,6 +100,8 @@ pub struct TcpCorrelator {
     /// command seen on it. A tag is not reused while its request is in flight, so a
     /// command of another cid on it means the one held there is over.
     tags: Vec<Vec<u64>>,
+    /// Per disk a request was made on: the disk its bios were queued on ([`Self::bio_dev`]).
+    bio_devs: Vec<(u32, u32)>,
 }
 
 /// Tags a host queue can have in a Linux cid (12 bits).
@@ -137,6 +141,9 @@ fn seen(set: &[u64; 1024], cntlid: u16) -> bool {
     set[cntlid as usize / 64] & (1 << (cntlid % 64)) != 0
 }
 
+/// Disks [`TcpCorrelator::bio_dev`] remembers.
+const MAX_BIO_DEVS: usize = 256;
+
 /// bio_queue entries kept at most: bios that never become a traced request (merged
 /// into another, other disks, unsampled cids) are dropped beyond this.
 pub(super) const MAX_BIOS: usize = 1 << 16;
@@ -162,7 +169,24 @@ impl TcpCorrelator {
             tgt_ends: LostEnds::default(),
             c2h_ends: false,
             tags: Vec::new(),
+            bio_devs: Vec::new(),
         }
+    }
+
+    /// The disk whose `block_bio_queue` a request of disk `dev`, named `disk`, follows:
+    /// its own, or with native multipath the namespace head's above the path disk it
+    /// was made on ([`multipath_head`]; the head by this host's sysfs). Once per disk.
+    fn bio_dev(&mut self, dev: u32, disk: Disk) -> u32 {
+        if let Some(&(_, d)) = self.bio_devs.iter().find(|(p, _)| *p == dev) {
+            return d;
+        }
+        let head = multipath_head(disk.as_str()).and_then(|h| self.cfg.disks.get(&h).copied());
+        let d = head.unwrap_or(dev);
+        // Bounded: a corrupt capture could name any number of disks.
+        if self.bio_devs.len() < MAX_BIO_DEVS {
+            self.bio_devs.push((dev, d));
+        }
+        d
     }
 
     fn sampled(&self, cid: u16) -> bool {
@@ -341,7 +365,8 @@ impl TcpCorrelator {
             if rq.dev != 0 {
                 blk = Some((rq.dev, rq.sector));
                 io.blk = blk;
-                let claim = self.bios.claim(rq.dev, rq.sector, t);
+                let bio_dev = self.bio_dev(rq.dev, rq.disk);
+                let claim = self.bios.claim(bio_dev, rq.sector, t);
                 io.blk_start = claim.map(|c| c.t);
                 io.part.candidates = claim.map(|c| c.candidates as u32);
             }

@@ -27,13 +27,14 @@ use super::{
 };
 use crate::filter::Filter;
 use crate::profile::shared::cmd::CmdSelect;
-use crate::profile::shared::select::dev_filter;
+use crate::profile::shared::select::nvme_disks_filter;
 use crate::profile::shared::select::selection_args;
 use crate::profile::Descriptor;
 use crate::record::{Row, Tabled};
 use crate::sink::time::{parse_utc, WallClock};
 use join::TcpCorrelator;
 use model::{Side, TcpConfig, TcpRecord};
+use std::collections::HashMap;
 
 pub struct NvmeTcp;
 
@@ -164,19 +165,16 @@ impl Profile for NvmeTcp {
         let sampled = Filter::bits_clear("cid", mask as u64);
         let target_filter = Filter::and(select.qid_filter(), sampled.clone());
         let host_filter = Filter::and(select.queue_filter(), sampled);
-        let names = ctx.sys.names();
-        let nvme_devs: Vec<u32> = names
-            .iter()
+        let disks: HashMap<String, u32> = (ctx.sys.names().into_iter())
             .filter(|(_, n)| n.starts_with("nvme"))
-            .map(|(d, _)| *d)
+            .map(|(d, n)| (n, d))
             .collect();
         // Block events only when both ends are there and nvme disks exist now:
         // unfiltered they would carry every disk's I/O through the rings for nothing.
         // A capture's block events were kept by its own filter, whatever disks this
         // host has.
-        let block =
-            side.host() && ctx.has_system("block") && (ctx.capture || !nvme_devs.is_empty());
-        let block_filter = dev_filter(&nvme_devs);
+        let block = side.host() && ctx.has_system("block") && (ctx.capture || !disks.is_empty());
+        let block_filter = Some(nvme_disks_filter());
         for s in ctx.status.iter().filter(|s| s.missing.is_none()) {
             let filter = match s.req.system {
                 "nvme_tcp" if side.host() => host_filter.clone(),
@@ -194,6 +192,7 @@ impl Profile for NvmeTcp {
             admin: select.admin,
             // With --max-rate the kernel filters and the gate sample: no fixed mask.
             sample_mask: if sample::dynamic(ctx) { 0 } else { mask },
+            disks,
             ..Default::default()
         })))
     }

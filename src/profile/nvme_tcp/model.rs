@@ -134,6 +134,10 @@ pub struct TcpConfig {
     /// `--sample N`: only cids with `cid & mask == 0` are traced (the kernel filter
     /// does it; the correlator uses it to tell unsampled block events from lost ones).
     pub sample_mask: u16,
+    /// This host's nvme disks by name (sysfs): where a request is made on a multipath
+    /// path disk, its bio was queued on the namespace head, found here by name (see
+    /// [`multipath_head`](crate::device::multipath_head)).
+    pub disks: std::collections::HashMap<String, u32>,
 }
 
 impl Default for TcpConfig {
@@ -144,6 +148,7 @@ impl Default for TcpConfig {
             admin: false,
             max_in_flight: DEFAULT_MAX / 4,
             sample_mask: 0,
+            disks: Default::default(),
         }
     }
 }

@@ -42,6 +42,17 @@ pub fn devices<K: 'static, L: Layout<K> + ?Sized + 'static>(
     let mut out = Vec::new();
     for d in ctx.flags::<String>("device") {
         let dev = ctx.sys.resolve(&d)?;
+        let paths = ctx.sys.multipath_paths(&dev.name);
+        if !paths.is_empty() {
+            return Err(PlanError::Flag {
+                flag: format!("--device {d}"),
+                why: format!(
+                    "{} is an NVMe multipath head: its bios become requests, and complete, on its hidden path disk(s) {}, whose device numbers sysfs does not give, so they cannot be selected; --profile block without --device traces the paths (rows named by number, 259:N), and --profile nvme-tcp or nvme follow each command to its path",
+                    dev.name,
+                    paths.join(", ")
+                ),
+            });
+        }
         match (&dev.partition_of, &dev.span) {
             (Some(p), Some(s)) if spans => b.note(format!(
                 "{p} is a partition of {}: tracing its requests at sectors {}..{} (and the disk's flushes, which carry no sector); rows name the disk",
@@ -62,6 +73,17 @@ pub fn devices<K: 'static, L: Layout<K> + ?Sized + 'static>(
 pub fn dev_filter(devs: &[u32]) -> Option<Filter> {
     let v: Vec<u64> = devs.iter().map(|&d| d as u64).collect();
     Filter::one_of("dev", &v)
+}
+
+/// The kernel filter keeping the block events of every nvme disk: nvme takes its
+/// device numbers from the extended major (`BLOCK_EXT_MAJOR`, 259), and a multipath
+/// path disk (`nvme1c1n1`, hidden) has one there that sysfs does not show, so the
+/// disks are kept by major, not by a list of the numbers sysfs gives.
+pub fn nvme_disks_filter() -> Filter {
+    const EXT_MAJOR: u32 = 259;
+    let first = crate::device::kernel_dev(EXT_MAJOR, 0);
+    let next = crate::device::kernel_dev(EXT_MAJOR + 1, 0);
+    Filter::within("dev", &(first.into()..next.into()))
 }
 
 /// The partitions among `devs`: (disk dev_t, its sectors), the partitions of a disk
@@ -229,5 +251,14 @@ mod tests {
         assert!(spans(&both).is_empty());
         assert_eq!(disk_filter(&both).unwrap().render(), format!("dev == {d0}"));
         assert_eq!(disk_filter(&[]), None);
+    }
+
+    #[test]
+    fn nvme_disks_are_the_extended_major() {
+        let f = nvme_disks_filter().render();
+        assert_eq!(
+            f,
+            format!("dev >= {} && dev < {}", 259u32 << 20, 260u32 << 20)
+        );
     }
 }
