@@ -322,6 +322,10 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
             rec.written()
         ),
     };
+    let rows = match rec.statuses() {
+        Some(s) => format!("{rows} ({s})"),
+        None => rows,
+    };
     report_end(
         &rows,
         &described,

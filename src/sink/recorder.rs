@@ -5,7 +5,7 @@
 //! sees while a long run goes on are decided here once, for every format.
 
 use super::{Health, SinkError};
-use crate::record::IoRecord;
+use crate::record::{IoRecord, Status};
 use std::io::Write;
 use std::time::Instant;
 
@@ -180,12 +180,23 @@ impl StatusLine {
     }
 }
 
+fn status_index(s: Status) -> usize {
+    match s {
+        Status::Ok => 0,
+        Status::Error => 1,
+        Status::Incomplete => 2,
+        Status::Dropped => 3,
+    }
+}
+
 /// Records to a [`RowWriter`], keeping those at or above `min_ns` when given.
 pub struct Recorder {
     writer: Box<dyn RowWriter>,
     min_ns: Option<u64>,
     seen: u64,
     written: u64,
+    /// Rows written per status (ok, error, incomplete, dropped).
+    statuses: [u64; 4],
     status: Option<StatusLine>,
 }
 
@@ -200,6 +211,7 @@ impl Recorder {
             min_ns,
             seen: 0,
             written: 0,
+            statuses: [0; 4],
             status,
         }
     }
@@ -211,6 +223,26 @@ impl Recorder {
 
     pub fn written(&self) -> u64 {
         self.written
+    }
+
+    /// The rows written by status (`ok 98, incomplete 2`) when not all are `ok`: the
+    /// health line counts what the correlator gave up or lost, and a row can be
+    /// `incomplete` or `error` for what its own events say, which only the rows show.
+    pub fn statuses(&self) -> Option<String> {
+        let all = [
+            Status::Ok,
+            Status::Error,
+            Status::Incomplete,
+            Status::Dropped,
+        ];
+        if self.statuses[1..].iter().all(|&n| n == 0) {
+            return None;
+        }
+        let parts: Vec<String> = (all.iter().zip(self.statuses))
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, n)| format!("{} {n}", s.as_str()))
+            .collect();
+        Some(parts.join(", "))
     }
 
     /// Per output, the rows it holds now (see [`RowWriter::kept`]).
@@ -245,6 +277,7 @@ impl crate::pipeline::RecordSink for Recorder {
             }
         }
         self.written += 1;
+        self.statuses[status_index(r.status())] += 1;
         self.writer.write(r, sample)
     }
 
@@ -327,6 +360,22 @@ mod tests {
             all.record(r, 1).unwrap();
         }
         assert_eq!((all.seen(), all.written()), (5, 5));
+        // All ok: nothing to add to the row count. Else every status written, in order.
+        assert_eq!(all.statuses(), None);
+        let mut odd = T::new(6, "w", None, None);
+        odd.status = Status::Incomplete;
+        all.record(&odd, 1).unwrap();
+        odd.status = Status::Dropped;
+        all.record(&odd, 1).unwrap();
+        all.record(&odd, 1).unwrap();
+        assert_eq!(
+            all.statuses().as_deref(),
+            Some("ok 5, incomplete 1, dropped 2")
+        );
+        // Rows left out by --min-latency are not counted.
+        odd.status = Status::Error;
+        rec.record(&odd, 1).unwrap();
+        assert_eq!(rec.statuses(), None);
     }
 
     /// Bytes written to a shared buffer.
