@@ -52,18 +52,7 @@ impl Filter {
 
     /// Any of the parts; `None` when there are none.
     pub fn any(parts: impl IntoIterator<Item = Filter>) -> Option<Filter> {
-        let mut v: Vec<Filter> = Vec::new();
-        for p in parts {
-            match p {
-                Filter::Any(inner) => v.extend(inner),
-                other => v.push(other),
-            }
-        }
-        match v.len() {
-            0 => None,
-            1 => v.pop(),
-            _ => Some(Filter::Any(v)),
-        }
+        Filter::joined(parts, false)
     }
 
     /// `field == a || field == b …` over the sorted, distinct values; `None` for none
@@ -93,17 +82,25 @@ impl Filter {
 
     /// The conjunction of the parts; `None` when there are none.
     pub fn all(parts: impl IntoIterator<Item = Filter>) -> Option<Filter> {
+        Filter::joined(parts, true)
+    }
+
+    /// The parts joined by `&&` (`and`) or `||`, a part of the same join flattened
+    /// into it; one part alone as it is, `None` for none.
+    fn joined(parts: impl IntoIterator<Item = Filter>, and: bool) -> Option<Filter> {
         let mut v: Vec<Filter> = Vec::new();
         for p in parts {
             match p {
-                Filter::All(inner) => v.extend(inner),
+                Filter::All(inner) if and => v.extend(inner),
+                Filter::Any(inner) if !and => v.extend(inner),
                 other => v.push(other),
             }
         }
         match v.len() {
             0 => None,
             1 => v.pop(),
-            _ => Some(Filter::All(v)),
+            _ if and => Some(Filter::All(v)),
+            _ => Some(Filter::Any(v)),
         }
     }
 

@@ -945,8 +945,8 @@ fn a_perf_capture_in_the_guest_imports_to_the_live_rows() {
 /// With NVMe native multipath on, as distribution kernels boot, the namespace is a head
 /// disk whose bios become requests on a hidden path disk with a device number sysfs
 /// does not give: every I/O is still one whole row with its block stages (the bio
-/// queued on the head joined to the request on the path), the block profile refuses
-/// the head with what to do, and the nvme profile says which stages it cannot give.
+/// queued on the head joined to the request on the path), the block and bio profiles
+/// refuse the head with what to do, and the nvme profile's rows have their block stage.
 #[test]
 fn nvme_tcp_through_native_multipath() {
     if !vm_enabled("nvme_tcp_through_native_multipath") {
@@ -997,19 +997,32 @@ fn nvme_tcp_through_native_multipath() {
         err.contains(&format!("NVMe multipath heads {head}")),
         "{err}"
     );
+    // The nvme profile: every command on the path, with its bio on the head.
     let err = read(&dir.join("nvme.err"));
     let rows = read_csv(&dir.join("nvme.csv"));
-    assert!(
-        err.contains("NVMe multipath") && err.contains(&paths[0]),
-        "{err}"
-    );
     assert_eq!(
         rows.len() as u64,
         fio_ios(&dir.join("fio-nvme.json")),
         "{err}"
     );
+    for r in common::ok_rows(&rows, &err) {
+        assert!(paths.contains(&r["disk"]), "nvme: disk of {r:?}");
+        assert!(num(r, "blk_to_driver_ns") >= 0, "nvme: {r:?}");
+        assert!(num(r, "total_ns") >= num(r, "driver_ns"), "nvme: {r:?}");
+    }
+    // Reads, then R2T writes whose completions carry a wrong cid: the path's number,
+    // learned from the reads' block completions, puts each back on its command.
+    let err = read(&dir.join("nvme-w.err"));
+    let rows = read_csv(&dir.join("nvme-w.csv"));
+    let ios = fio_ios(&dir.join("fio-nvme-w-r.json")) + fio_ios(&dir.join("fio-nvme-w-w.json"));
+    assert_eq!(rows.len() as u64, ios, "nvme-w: one row per I/O\n{err}");
+    assert_eq!(common::exit_count(&err, "unmatched"), 0, "{err}");
+    let writes = common::ok_rows(&rows, &err)
+        .into_iter()
+        .filter(|r| r["opcode"] == "write" && r["bytes"] == "131072")
+        .count();
     assert!(
-        common::ok_rows(&rows, &err).len() * 10 >= rows.len() * 9,
+        writes as u64 + common::exit_count(&err, "cut") >= ios - 20,
         "{err}"
     );
 }

@@ -314,18 +314,7 @@ fn import_as(a: &ImportArgs, to: Option<&str>) -> Result<i32> {
             return Err(e);
         }
     };
-    let rows = match rec.min_ns() {
-        None => format!("{} I/Os written to {to}", rec.written()),
-        Some(min) => format!(
-            "{} I/Os seen, {} written to {to} (total latency >= {min} ns)",
-            rec.seen(),
-            rec.written()
-        ),
-    };
-    let rows = match rec.statuses() {
-        Some(s) => format!("{rows} ({s})"),
-        None => rows,
-    };
+    let rows = rec.summary(&to);
     report_end(
         &rows,
         &described,

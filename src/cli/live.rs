@@ -612,20 +612,7 @@ fn run(mut r: Ready, mut out: Output, to: RowsTo) -> Result<i32> {
     // Whatever happened, the command must not outlive the run.
     let cmd_status = finish_child(child.as_mut(), &stop);
     let rows = match &out {
-        Output::Rows(s) => {
-            let rows = match s.min_ns() {
-                None => format!("{} I/Os written to {to}", s.written()),
-                Some(min) => format!(
-                    "{} I/Os seen, {} written to {to} (total latency >= {min} ns)",
-                    s.seen(),
-                    s.written()
-                ),
-            };
-            match s.statuses() {
-                Some(st) => format!("{rows} ({st})"),
-                None => rows,
-            }
-        }
+        Output::Rows(s) => s.summary(&to),
         Output::Stat(..) => "stat done".to_string(),
         Output::Metrics(..) => "serve done".to_string(),
     };

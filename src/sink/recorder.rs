@@ -225,6 +225,22 @@ impl Recorder {
         self.written
     }
 
+    /// What the exit line says of the rows: how many went to `to` (of how many seen,
+    /// with `--min-latency`), and by status when not all are `ok`.
+    pub fn summary(&self, to: &impl std::fmt::Display) -> String {
+        let rows = match self.min_ns {
+            None => format!("{} I/Os written to {to}", self.written),
+            Some(min) => format!(
+                "{} I/Os seen, {} written to {to} (total latency >= {min} ns)",
+                self.seen, self.written
+            ),
+        };
+        match self.statuses() {
+            Some(st) => format!("{rows} ({st})"),
+            None => rows,
+        }
+    }
+
     /// The rows written by status (`ok 98, incomplete 2`) when not all are `ok`: the
     /// health line counts what the correlator gave up or lost, and a row can be
     /// `incomplete` or `error` for what its own events say, which only the rows show.

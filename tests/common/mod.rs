@@ -50,13 +50,7 @@ impl LoopDev {
 
     /// A loop device on an image in a tmpfs mounted at `dir`.
     pub fn at(dir: PathBuf, mib: u32) -> LoopDev {
-        std::fs::create_dir_all(&dir).unwrap();
-        // tmpfs so that the I/O is pure CPU work and no other filesystem's I/O mixes in.
-        run_ok(
-            Command::new("mount")
-                .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
-                .arg(&dir),
-        );
+        mount_tmpfs(&dir);
         let img = dir.join("img");
         let f = std::fs::File::create(&img).unwrap();
         f.set_len(mib as u64 * 1024 * 1024).unwrap();
@@ -70,12 +64,7 @@ impl LoopDev {
     /// scanned by the kernel on attach (`losetup -P`): `{dev}p1`, `{dev}p2`, …
     pub fn partitioned(tag: &str, mib: u32, parts: &[(u32, u32)]) -> LoopDev {
         let dir = tmp(&format!("loop-{tag}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        run_ok(
-            Command::new("mount")
-                .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
-                .arg(&dir),
-        );
+        mount_tmpfs(&dir);
         let img = dir.join("img");
         let mut mbr = vec![0u8; 512];
         for (i, &(start, size)) in parts.iter().enumerate() {
@@ -126,6 +115,17 @@ impl LoopDev {
         let p = format!("/sys/block/{}/queue/scheduler", self.name);
         std::fs::write(&p, s).unwrap_or_else(|e| panic!("{p}: {e}"));
     }
+}
+
+/// A tmpfs at `dir` for a loop device's image, so that the I/O is pure CPU work and no
+/// other filesystem's I/O mixes in.
+fn mount_tmpfs(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    run_ok(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
+            .arg(dir),
+    );
 }
 
 impl Drop for LoopDev {

@@ -9,6 +9,7 @@ use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::{Correlator, Counters, FxMap, Gap, Starts};
 use crate::decode::Event;
+use crate::device::multipath_head;
 use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 use crate::profile::shared::cmd::{Claim, CmdTracker, Finished, Key, NvmeConfig, Pending};
 use crate::profile::shared::nvme_events::{DiskName, HostEvent, NvmeCmd, NvmeDone, NvmeEvent};
@@ -50,12 +51,33 @@ struct Held {
 /// Completions held per CPU at most (a batch is at most a queue's depth).
 const MAX_HELD: usize = 4096;
 
+/// Multipath path disks learned at most (a corrupt capture could name any number).
+const MAX_PATHS: usize = 1024;
+
+/// A command's first block in 512-byte sectors, as block events count whatever the
+/// LBA size; wrapping: a garbage SLBA must not panic, it then just joins nothing.
+fn sector(cmd: &NvmeCmd, lba_size: u32) -> Option<u64> {
+    let (slba, _) = cmd.lba_range()?;
+    Some(slba.wrapping_mul((lba_size as u64 / 512).max(1)))
+}
+
 pub struct NvmeCorrelator {
     pub(super) tracker: CmdTracker,
     blocks: BioJoin,
     /// dev_t of the disks whose block events are joined.
     devs: Vec<u32>,
+    /// Per disk name, the dev_t its requests' block events carry: sysfs gives it, but
+    /// not a multipath path disk's (learned from its block completions, see
+    /// [`Self::learn_path`]).
     dev_cache: FxMap<DiskName, Option<u32>>,
+    /// Per disk name, the dev_t its bios are queued on: its own, or a multipath path's
+    /// namespace head's.
+    bio_cache: FxMap<DiskName, Option<u32>>,
+    /// The path disks' dev_t learned so far.
+    path_devs: Vec<u32>,
+    /// Per CPU: the path disk and sector of the latest completion that went out by its
+    /// cid because that path's dev_t was not known yet.
+    unknown_path: Vec<Option<(DiskName, u64)>>,
     /// (dev, sector) of the commands in flight that have one, for `Held`; several
     /// commands may share one (a hot block).
     by_sector: Inflight<(u32, u64), AtSector>,
@@ -75,6 +97,9 @@ impl NvmeCorrelator {
             blocks: BioJoin::new(max),
             devs,
             dev_cache: FxMap::default(),
+            bio_cache: FxMap::default(),
+            path_devs: Vec::new(),
+            unknown_path: Vec::new(),
             by_sector: Inflight::new(max),
             held: Vec::new(),
             fin: Vec::new(),
@@ -90,13 +115,48 @@ impl NvmeCorrelator {
         d
     }
 
+    /// The disk a command's bio was queued on: the command's own, or with NVMe native
+    /// multipath the namespace head above the path disk it runs on.
+    fn bio_dev_of(&mut self, disk: &DiskName) -> Option<u32> {
+        if let Some(d) = self.bio_cache.get(disk) {
+            return *d;
+        }
+        let d = match multipath_head(disk.as_str()) {
+            Some(head) => self.tracker.cfg.disk_devs.get(&head).copied(),
+            None => self.dev_of(disk),
+        };
+        self.bio_cache.insert(*disk, d);
+        d
+    }
+
     /// The (dev, sector) of a command's first block, when it has one on a known disk.
     fn place(&mut self, cmd: &NvmeCmd, lba_size: u32) -> Option<(u32, u64)> {
-        let (slba, _) = cmd.lba_range()?;
         let dev = self.dev_of(&cmd.disk)?;
-        // Block events count 512-byte sectors whatever the LBA size.
-        // Wrapping: a garbage SLBA must not panic; it then just joins nothing.
-        Some((dev, slba.wrapping_mul((lba_size as u64 / 512).max(1))))
+        Some((dev, sector(cmd, lba_size)?))
+    }
+
+    /// Where a command's bio was queued: [`place`](Self::place) on the bio's disk.
+    fn bio_place(&mut self, cmd: &NvmeCmd, lba_size: u32) -> Option<(u32, u64)> {
+        let dev = self.bio_dev_of(&cmd.disk)?;
+        Some((dev, sector(cmd, lba_size)?))
+    }
+
+    /// A block completion on a disk sysfs gives no number for: a multipath path's.
+    /// When it is at the sector of the latest completion on this CPU that went out
+    /// unchecked for want of its path's number, that number is the path's: from then
+    /// on the path's completions are checked as any disk's. Bounded by the disks.
+    fn learn_path(&mut self, cpu: u32, b: &BlockEvent) {
+        let Some(Some((disk, sector))) = self.unknown_path.get(cpu as usize).copied() else {
+            return;
+        };
+        if sector != b.sector || self.path_devs.len() >= MAX_PATHS {
+            return;
+        }
+        self.unknown_path[cpu as usize] = None;
+        self.dev_cache.insert(disk, Some(b.dev));
+        if !self.path_devs.contains(&b.dev) {
+            self.path_devs.push(b.dev);
+        }
     }
 
     fn on_cmd(&mut self, t: u64, cmd: &NvmeCmd, out: &mut dyn FnMut(NvmeRecord)) {
@@ -105,7 +165,7 @@ impl NvmeCorrelator {
         }
         let lba_size = self.tracker.lba_size(&cmd.disk);
         let place = self.place(cmd, lba_size);
-        let block = place
+        let block = (self.bio_place(cmd, lba_size))
             .and_then(|(dev, sector)| self.blocks.claim(dev, sector, t))
             .map(|c| (c.t, c.candidates as u32));
         if let Some(pl) = place {
@@ -140,7 +200,18 @@ impl NvmeCorrelator {
         };
         if self.devs.is_empty() || !verifiable {
             // No block completion will come to check against (no known disk, or a
-            // command without a sector range): the cid is all there is.
+            // command without a sector range): the cid is all there is. A multipath
+            // path's completion comes, on a number to learn (`learn_path`).
+            if let Some(p) = &by_cid {
+                if multipath_head(p.cmd.disk.as_str()).is_some() {
+                    let at = sector(&p.cmd, p.lba_size).map(|s| (p.cmd.disk, s));
+                    let slot = cpu as usize;
+                    if self.unknown_path.len() <= slot {
+                        self.unknown_path.resize(slot + 1, None);
+                    }
+                    self.unknown_path[slot] = at;
+                }
+            }
             match by_cid {
                 Some(p) => out(self.finish_one((p, Some((t, *done))))),
                 None => self.tracker.unmatched(t, done),
@@ -261,6 +332,17 @@ impl Correlator for NvmeCorrelator {
         match &ev.kind {
             HostEvent::Nvme(NvmeEvent::Cmd(c)) => self.on_cmd(ev.time, c, out),
             HostEvent::Nvme(NvmeEvent::Done(d)) => self.on_done(ev.time, ev.cpu, d, out),
+            // A multipath path's completions, once its number is known; until then
+            // they teach it.
+            HostEvent::Block(b) if b.kind == BlockKind::Complete && !self.devs.contains(&b.dev) => {
+                if self.path_devs.contains(&b.dev) {
+                    if !b.ends_flush() {
+                        self.on_block_complete(ev.cpu, b, out);
+                    }
+                } else {
+                    self.learn_path(ev.cpu, b);
+                }
+            }
             HostEvent::Block(b) if self.devs.contains(&b.dev) => match b.kind {
                 // Not a command's: it ends a write in the flush sequence.
                 BlockKind::Complete if b.ends_flush() => {}

@@ -14,7 +14,7 @@ use super::{sample, EventReq, Need, Plan, PlanBuilder, PlanCtx, PlanError, Profi
 use crate::filter::Filter;
 use crate::profile::shared::cmd::{NvmeConfig, DEFAULT_LBA_SIZE};
 use crate::profile::shared::nvme_events as events;
-use crate::profile::shared::select::dev_filter;
+use crate::profile::shared::select::nvme_disks_filter;
 use crate::profile::shared::select::selection_args;
 use crate::profile::Descriptor;
 use crate::record::Tabled;
@@ -113,14 +113,6 @@ impl Profile for Nvme {
             .collect();
         let mut b = PlanBuilder::new(ctx.tfs);
         b.sample(rate);
-        let paths = ctx.sys.all_multipath_paths();
-        if !paths.is_empty() && !cfg.disk_devs.is_empty() {
-            // Their requests' block events carry a device number sysfs does not give.
-            b.note(format!(
-                "NVMe multipath: commands on the path disks {} have no blk_to_driver_ns or total_ns (their block events name the path by a device number sysfs does not give)",
-                paths.join(", ")
-            ));
-        }
         if cfg.disk_devs.is_empty() {
             b.note(format!(
                 "no nvme disks in /sys/class/block yet: LBA size assumed {DEFAULT_LBA_SIZE} (see the lba_size column), no block-layer stages"
@@ -139,10 +131,10 @@ impl Profile for Nvme {
         }
         let sampled = sample::filter("cid", sample::cid_mask(rate).into());
         sample::cid_sampler(ctx, &mut b);
-        // Block events only for the nvme disks known now: unfiltered they would carry
-        // every disk's I/O through the rings for nothing.
-        let disk_devs: Vec<u32> = cfg.disk_devs.values().copied().collect();
-        let block_filter = dev_filter(&disk_devs);
+        // Block events only when nvme disks are known now, and only theirs: unfiltered
+        // they would carry every disk's I/O through the rings for nothing. By major, so
+        // that the multipath path disks, which sysfs gives no number for, are in.
+        let block_filter = (!cfg.disk_devs.is_empty()).then(nvme_disks_filter);
         for e in EVENTS.iter().filter(|e| ctx.has(e.system, e.event)) {
             let filter = match e.event {
                 "nvme_setup_cmd" => Filter::and(select.cmd_filter(), sampled.clone()),

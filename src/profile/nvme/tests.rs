@@ -205,6 +205,85 @@ fn a_wrong_cid_is_corrected_by_the_block_completion() {
     );
 }
 
+/// NVMe native multipath: commands run on a hidden path disk (`nvme1c1n1`) whose
+/// device number sysfs does not give, and their bios are queued on the namespace head
+/// (`nvme1n1`). The bio is joined through the head; the path's number is learned from
+/// its first block completion, after which a wrong cid is corrected as on any disk.
+#[test]
+fn multipath_paths_join_their_heads_bios_and_learn_their_number() {
+    let f = formats();
+    let (head, path) = (NVME_DEV | 1, NVME_DEV | 5);
+    let cfg = NvmeConfig {
+        lba_sizes: [("nvme1c1n1".to_string(), 512)].into(),
+        disk_devs: [("nvme1n1".to_string(), head)].into(),
+        ..Default::default()
+    };
+    let bio = |sector: u64| {
+        RecordBuilder::new(&f.bio)
+            .int("dev", head as u64)
+            .int("sector", sector)
+            .int("nr_sector", 256)
+            .bytes("rwbs", b"WS")
+            .build()
+    };
+    let rq_done = |sector: u64| {
+        RecordBuilder::new(&f.complete)
+            .int("dev", path as u64)
+            .int("sector", sector)
+            .int("nr_sector", 256)
+            .int("error", 0)
+            .bytes("rwbs", b"WS")
+            .dynamic("cmd", b"\0")
+            .build()
+    };
+    let w = |slba| rw_dwords(slba, 256);
+    let d = b"nvme1c1n1";
+    let (r, c) = run_on(
+        &f,
+        cfg,
+        &[
+            (5, 0, bio(0)),
+            (10, 0, cmd_raw(&f.setup, (1, 1, 0x2029), 0x01, 1, &w(0), d)),
+            // Out by its cid (the path's number not known yet); its block completion
+            // teaches it.
+            (100, 0, done_raw(&f.done, 1, 1, 0x2029, 0, d)),
+            (101, 0, rq_done(0)),
+            (105, 1, bio(4096)),
+            (
+                110,
+                1,
+                cmd_raw(&f.setup, (1, 1, 0x0005), 0x01, 1, &w(4096), d),
+            ),
+            (115, 0, bio(8192)),
+            (
+                120,
+                0,
+                cmd_raw(&f.setup, (1, 1, 0x3029), 0x01, 1, &w(8192), d),
+            ),
+            // A ttag of 5 names the other command in flight: the block completion at
+            // 8192, on the learned number, says which one it is.
+            (200, 1, done_raw(&f.done, 1, 1, 0x0005, 0, d)),
+            (201, 1, rq_done(8192)),
+            (300, 0, done_raw(&f.done, 1, 1, 0x0005, 0, d)),
+            (301, 0, rq_done(4096)),
+        ],
+    );
+    assert_eq!(c, Counters::default(), "nothing unmatched or given up");
+    let got: Vec<(u16, Option<u64>, Option<u64>)> = r
+        .iter()
+        .map(|r| (r.core.cid, r.core.slba, r.block_ns))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0x2029, Some(0), Some(5)),
+            (0x3029, Some(8192), Some(115)),
+            (0x0005, Some(4096), Some(105))
+        ],
+        "each command with its bio's time on the head"
+    );
+}
+
 #[test]
 fn without_a_block_completion_the_cid_is_trusted() {
     let f = formats();

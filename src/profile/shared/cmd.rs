@@ -97,10 +97,12 @@ impl NvmeConfig {
     /// The command selection flags, and the LBA size of every disk of this host (a
     /// host namespace's disk, or the device a target namespace exports).
     pub fn from_ctx(ctx: &PlanCtx<'_>) -> NvmeConfig {
-        let names = ctx.sys.names();
+        // The hidden multipath path disks too: commands name the path they run on.
+        let mut disks: Vec<String> = ctx.sys.names().into_values().collect();
+        disks.extend(ctx.sys.all_multipath_paths());
         NvmeConfig {
             select: CmdSelect::from_flags(ctx),
-            lba_sizes: ctx.sys.logical_block_sizes(names.values()),
+            lba_sizes: ctx.sys.logical_block_sizes(&disks),
             ..Default::default()
         }
     }
