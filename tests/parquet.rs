@@ -138,10 +138,13 @@ fn duckdb_reads_the_same_rows_as_the_csv_of_the_same_run() {
         duckdb(&format!("copy ({select}) to '{a}' (format parquet)"));
         assert_eq!(rep(&again), rc, "report of DuckDB's `{select}`");
     }
-    assert_eq!(
-        table_count(&rp, &[&l.name, "read"], "d2c"),
-        Some(200),
-        "{rp}"
+    // 200 reads, less the I/Os a sample the kernel dropped without a LOST record cut
+    // (their rows are `dropped`, without d2c: it happens, rarely, on these machines).
+    let cut = exit_count(&err, "cut");
+    let n = table_count(&rp, &[&l.name, "read"], "d2c").unwrap_or(0);
+    assert!(
+        n <= 200 && n + cut >= 200,
+        "{n} reads of 200, cut {cut}: {rp}\n{err}"
     );
     let _ = (std::fs::remove_file(csv), std::fs::remove_file(pq));
     let _ = std::fs::remove_file(again);
