@@ -69,12 +69,6 @@ pub fn devices<K: 'static, L: Layout<K> + ?Sized + 'static>(
     Ok(out)
 }
 
-/// The kernel filter keeping the block events of these devices (kernel dev_t values).
-pub fn dev_filter(devs: &[u32]) -> Option<Filter> {
-    let v: Vec<u64> = devs.iter().map(|&d| d as u64).collect();
-    Filter::one_of("dev", &v)
-}
-
 /// The kernel filter keeping the block events of every nvme disk: nvme takes its
 /// device numbers from the extended major (`BLOCK_EXT_MAJOR`, 259), and a multipath
 /// path disk (`nvme1c1n1`, hidden) has one there that sysfs does not show, so the
@@ -102,8 +96,8 @@ pub fn spans(devs: &[BlockDevice]) -> Vec<(u32, Range<u64>)> {
 }
 
 /// Whether a request event at `sector` of disk `dev` is one of [`spans`]'s (`spans`
-/// empty: every one is). As [`disk_filter`] decides in the kernel, for a capture
-/// that was recorded without it.
+/// empty: every one is), as [`disk_filter`] decides in the kernel: the correlator
+/// holds to it whatever feeds it.
 pub fn in_spans(spans: &[(u32, Range<u64>)], dev: u32, sector: u64) -> bool {
     let mut of_dev = spans.iter().filter(|(d, _)| *d == dev).peekable();
     of_dev.peek().is_none() || no_sector(sector) || of_dev.any(|(_, s)| s.contains(&sector))
