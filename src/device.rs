@@ -199,8 +199,8 @@ impl SysBlock {
 /// With multipath (distribution kernels), a namespace of a multi-controller subsystem
 /// (every Linux nvmet target's) is a bio-based head disk, `nvme<subsys>n<ns>`, whose
 /// bios are queued there and made into requests on a hidden path disk of the
-/// controller, `nvme<subsys>c<ctrl>n<ns>` (drivers/nvme/host: `nvme_mpath_set_disk_name`),
-/// which has no dev_t in sysfs. `None` for any other name.
+/// controller, `nvme<subsys>c<ctrl>n<ns>` (drivers/nvme/host/core.c, `nvme_alloc_ns`
+/// in 6.1), which has no dev_t in sysfs. `None` for any other name.
 pub fn multipath_head(name: &str) -> Option<String> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let rest = name.strip_prefix("nvme")?;
