@@ -202,11 +202,23 @@ impl SysBlock {
 /// controller, `nvme<subsys>c<ctrl>n<ns>` (drivers/nvme/host/core.c, `nvme_alloc_ns`
 /// in 6.1), which has no dev_t in sysfs. `None` for any other name.
 pub fn multipath_head(name: &str) -> Option<String> {
+    let (subsys, ns) = path_parts(name)?;
+    Some(format!("nvme{subsys}n{ns}"))
+}
+
+/// Whether `name` is a multipath path disk's ([`multipath_head`]), without building
+/// its head's name.
+pub fn is_multipath_path(name: &str) -> bool {
+    path_parts(name).is_some()
+}
+
+/// The subsystem and namespace numbers of a path disk's name `nvme<s>c<c>n<ns>`.
+fn path_parts(name: &str) -> Option<(&str, &str)> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let rest = name.strip_prefix("nvme")?;
     let (subsys, rest) = rest.split_once('c')?;
     let (ctrl, ns) = rest.split_once('n')?;
-    (digits(subsys) && digits(ctrl) && digits(ns)).then(|| format!("nvme{subsys}n{ns}"))
+    (digits(subsys) && digits(ctrl) && digits(ns)).then_some((subsys, ns))
 }
 
 /// `dev_t` as the kernel encodes it inside trace records (not the user-space encoding).
@@ -260,6 +272,7 @@ mod tests {
     fn a_multipath_path_names_its_head() {
         assert_eq!(multipath_head("nvme1c2n3").as_deref(), Some("nvme1n3"));
         assert_eq!(multipath_head("nvme10c11n12").as_deref(), Some("nvme10n12"));
+        assert!(is_multipath_path("nvme1c2n3") && !is_multipath_path("nvme1n3"));
         for other in [
             "nvme1n3",
             "nvme1n3p1",

@@ -29,6 +29,14 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in declaration order: `s as usize` is its index here.
+    pub const ALL: [Status; 4] = [
+        Status::Ok,
+        Status::Error,
+        Status::Incomplete,
+        Status::Dropped,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -39,14 +47,7 @@ impl Status {
     }
 
     pub fn parse(s: &str) -> Option<Status> {
-        [
-            Status::Ok,
-            Status::Error,
-            Status::Incomplete,
-            Status::Dropped,
-        ]
-        .into_iter()
-        .find(|st| st.as_str() == s)
+        Status::ALL.into_iter().find(|st| st.as_str() == s)
     }
 }
 

@@ -180,23 +180,14 @@ impl StatusLine {
     }
 }
 
-fn status_index(s: Status) -> usize {
-    match s {
-        Status::Ok => 0,
-        Status::Error => 1,
-        Status::Incomplete => 2,
-        Status::Dropped => 3,
-    }
-}
-
 /// Records to a [`RowWriter`], keeping those at or above `min_ns` when given.
 pub struct Recorder {
     writer: Box<dyn RowWriter>,
     min_ns: Option<u64>,
     seen: u64,
     written: u64,
-    /// Rows written per status (ok, error, incomplete, dropped).
-    statuses: [u64; 4],
+    /// Rows written per status, in [`Status::ALL`]'s order.
+    statuses: [u64; Status::ALL.len()],
     status: Option<StatusLine>,
 }
 
@@ -211,7 +202,7 @@ impl Recorder {
             min_ns,
             seen: 0,
             written: 0,
-            statuses: [0; 4],
+            statuses: [0; Status::ALL.len()],
             status,
         }
     }
@@ -245,16 +236,13 @@ impl Recorder {
     /// health line counts what the correlator gave up or lost, and a row can be
     /// `incomplete` or `error` for what its own events say, which only the rows show.
     pub fn statuses(&self) -> Option<String> {
-        let all = [
-            Status::Ok,
-            Status::Error,
-            Status::Incomplete,
-            Status::Dropped,
-        ];
-        if self.statuses[1..].iter().all(|&n| n == 0) {
+        if self.statuses[Status::Ok as usize + 1..]
+            .iter()
+            .all(|&n| n == 0)
+        {
             return None;
         }
-        let parts: Vec<String> = (all.iter().zip(self.statuses))
+        let parts: Vec<String> = (Status::ALL.iter().zip(self.statuses))
             .filter(|(_, n)| *n > 0)
             .map(|(s, n)| format!("{} {n}", s.as_str()))
             .collect();
@@ -293,7 +281,7 @@ impl crate::pipeline::RecordSink for Recorder {
             }
         }
         self.written += 1;
-        self.statuses[status_index(r.status())] += 1;
+        self.statuses[r.status() as usize] += 1;
         self.writer.write(r, sample)
     }
 

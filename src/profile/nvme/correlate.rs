@@ -9,7 +9,7 @@ use crate::correlate::biojoin::{BioJoin, StartKind};
 use crate::correlate::inflight::{Inflight, Started, DEFAULT_MAX};
 use crate::correlate::{Correlator, Counters, FxMap, Gap, Starts};
 use crate::decode::Event;
-use crate::device::multipath_head;
+use crate::device::{is_multipath_path, multipath_head};
 use crate::profile::shared::block_events::{BlockEvent, BlockKind};
 use crate::profile::shared::cmd::{Claim, CmdTracker, Finished, Key, NvmeConfig, Pending};
 use crate::profile::shared::nvme_events::{DiskName, HostEvent, NvmeCmd, NvmeDone, NvmeEvent};
@@ -201,9 +201,10 @@ impl NvmeCorrelator {
         if self.devs.is_empty() || !verifiable {
             // No block completion will come to check against (no known disk, or a
             // command without a sector range): the cid is all there is. A multipath
-            // path's completion comes, on a number to learn (`learn_path`).
-            if let Some(p) = &by_cid {
-                if multipath_head(p.cmd.disk.as_str()).is_some() {
+            // path's completion comes, on a number to learn (`learn_path`); with no
+            // known disk nothing is ever checked, so nothing is learned.
+            if let (Some(p), false) = (&by_cid, self.devs.is_empty()) {
+                if is_multipath_path(p.cmd.disk.as_str()) {
                     let at = sector(&p.cmd, p.lba_size).map(|s| (p.cmd.disk, s));
                     let slot = cpu as usize;
                     if self.unknown_path.len() <= slot {
