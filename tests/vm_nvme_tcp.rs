@@ -1010,19 +1010,25 @@ fn nvme_tcp_through_native_multipath() {
         assert!(num(r, "blk_to_driver_ns") >= 0, "nvme: {r:?}");
         assert!(num(r, "total_ns") >= num(r, "driver_ns"), "nvme: {r:?}");
     }
-    // Reads, then R2T writes whose completions carry a wrong cid: the path's number,
-    // learned from the reads' block completions, puts each back on its command.
+    // R2T writes alone, each completion with a wrong cid, from the first on: the path's
+    // number, learned from the command in flight at a block completion's sector, puts
+    // each back on its command.
     let err = read(&dir.join("nvme-w.err"));
     let rows = read_csv(&dir.join("nvme-w.csv"));
-    let ios = fio_ios(&dir.join("fio-nvme-w-r.json")) + fio_ios(&dir.join("fio-nvme-w-w.json"));
+    let ios = fio_ios(&dir.join("fio-nvme-w.json"));
     assert_eq!(rows.len() as u64, ios, "nvme-w: one row per I/O\n{err}");
     assert_eq!(common::exit_count(&err, "unmatched"), 0, "{err}");
-    let writes = common::ok_rows(&rows, &err)
-        .into_iter()
-        .filter(|r| r["opcode"] == "write" && r["bytes"] == "131072")
-        .count();
+    let ok = common::ok_rows(&rows, &err);
     assert!(
-        writes as u64 + common::exit_count(&err, "cut") >= ios - 20,
-        "{err}"
+        ok.len() as u64 + common::exit_count(&err, "cut") >= ios,
+        "nvme-w: every write ok\n{err}"
     );
+    for r in ok {
+        assert!(
+            r["opcode"] == "write" && r["bytes"] == "131072",
+            "nvme-w: {r:?}"
+        );
+        assert!(paths.contains(&r["disk"]), "nvme-w: disk of {r:?}");
+        assert!(num(r, "total_ns") >= num(r, "driver_ns"), "nvme-w: {r:?}");
+    }
 }

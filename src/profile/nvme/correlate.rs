@@ -75,9 +75,6 @@ pub struct NvmeCorrelator {
     bio_cache: FxMap<DiskName, Option<u32>>,
     /// The path disks' dev_t learned so far.
     path_devs: Vec<u32>,
-    /// Per CPU: the path disk and sector of the latest completion that went out by its
-    /// cid because that path's dev_t was not known yet.
-    unknown_path: Vec<Option<(DiskName, u64)>>,
     /// (dev, sector) of the commands in flight that have one, for `Held`; several
     /// commands may share one (a hot block).
     by_sector: Inflight<(u32, u64), AtSector>,
@@ -99,7 +96,6 @@ impl NvmeCorrelator {
             dev_cache: FxMap::default(),
             bio_cache: FxMap::default(),
             path_devs: Vec::new(),
-            unknown_path: Vec::new(),
             by_sector: Inflight::new(max),
             held: Vec::new(),
             fin: Vec::new(),
@@ -141,22 +137,73 @@ impl NvmeCorrelator {
         Some((dev, sector(cmd, lba_size)?))
     }
 
-    /// A block completion on a disk sysfs gives no number for: a multipath path's.
-    /// When it is at the sector of the latest completion on this CPU that went out
-    /// unchecked for want of its path's number, that number is the path's: from then
-    /// on the path's completions are checked as any disk's. Bounded by the disks.
-    fn learn_path(&mut self, cpu: u32, b: &BlockEvent) {
-        let Some(Some((disk, sector))) = self.unknown_path.get(cpu as usize).copied() else {
-            return;
+    /// A command whose completion can be checked once its multipath path disk's number
+    /// is learned ([`Self::learn_path`]): it has a sector, on a path not learned yet.
+    fn learnable(&mut self, cmd: &NvmeCmd, lba_size: u32) -> bool {
+        self.path_devs.len() < MAX_PATHS
+            && sector(cmd, lba_size).is_some()
+            && is_multipath_path(cmd.disk.as_str())
+            && self.dev_of(&cmd.disk).is_none()
+    }
+
+    /// A block completion on a disk sysfs gives no number for (a multipath path's),
+    /// with completions held on this CPU. If the commands held here and those in flight
+    /// put exactly one path disk of unknown number at its sector, the number is that
+    /// disk's: from then on the disk's completions are checked as any disk's, and its
+    /// commands not yet written get their place. Learned from the command, not from the
+    /// cid of the completion, which may be wrong (R2T writes, see `Held`). Bounded by
+    /// the disks; returns whether it learned.
+    fn learn_path(&mut self, cpu: u32, b: &BlockEvent) -> bool {
+        let Some((queue, _)) = self.held.get(cpu as usize) else {
+            return false;
         };
-        if sector != b.sector || self.path_devs.len() >= MAX_PATHS {
-            return;
+        if queue.is_empty() || self.path_devs.len() >= MAX_PATHS {
+            return false;
         }
-        self.unknown_path[cpu as usize] = None;
+        let mut at: Vec<DiskName> = Vec::new();
+        let mut note = |p: &Pending| {
+            if sector(&p.cmd, p.lba_size) == Some(b.sector) && !at.contains(&p.cmd.disk) {
+                at.push(p.cmd.disk);
+            }
+        };
+        queue
+            .iter()
+            .filter_map(|h| h.by_cid.as_ref())
+            .for_each(&mut note);
+        self.tracker.for_each_pending(&mut note);
+        // A disk whose number is known is not the one this completion's number is of.
+        let mut disk = None;
+        for d in at {
+            if is_multipath_path(d.as_str()) && self.dev_of(&d).is_none() {
+                if disk.is_some() {
+                    return false;
+                }
+                disk = Some(d);
+            }
+        }
+        let Some(disk) = disk else {
+            return false;
+        };
         self.dev_cache.insert(disk, Some(b.dev));
-        if !self.path_devs.contains(&b.dev) {
-            self.path_devs.push(b.dev);
+        self.path_devs.push(b.dev);
+        let mut places = Vec::new();
+        let mut place = |p: &Pending| {
+            if let (true, Some(s)) = (p.cmd.disk == disk, sector(&p.cmd, p.lba_size)) {
+                let at = AtSector {
+                    t: p.submit,
+                    key: p.key(),
+                };
+                places.push(((b.dev, s), at));
+            }
+        };
+        self.tracker.for_each_pending(&mut place);
+        (self.held.iter())
+            .flat_map(|(q, _)| q.iter().filter_map(|h| h.by_cid.as_ref()))
+            .for_each(&mut place);
+        for (pl, at) in places {
+            self.by_sector.push(pl, at, &mut |_, _| {});
         }
+        true
     }
 
     fn on_cmd(&mut self, t: u64, cmd: &NvmeCmd, out: &mut dyn FnMut(NvmeRecord)) {
@@ -194,25 +241,17 @@ impl NvmeCorrelator {
             Claim::Found(p) => Some(p),
             Claim::Missing => None,
         };
-        let verifiable = match &by_cid {
-            Some(p) => self.place(&p.cmd, p.lba_size).is_some(),
-            None => true,
-        };
-        if self.devs.is_empty() || !verifiable {
-            // No block completion will come to check against (no known disk, or a
-            // command without a sector range): the cid is all there is. A multipath
-            // path's completion comes, on a number to learn (`learn_path`); with no
-            // known disk nothing is ever checked, so nothing is learned.
-            if let (Some(p), false) = (&by_cid, self.devs.is_empty()) {
-                if is_multipath_path(p.cmd.disk.as_str()) {
-                    let at = sector(&p.cmd, p.lba_size).map(|s| (p.cmd.disk, s));
-                    let slot = cpu as usize;
-                    if self.unknown_path.len() <= slot {
-                        self.unknown_path.resize(slot + 1, None);
-                    }
-                    self.unknown_path[slot] = at;
+        // With no known disk no block completion will come to check against (and none
+        // to learn a path's number from); nor for a command without a sector range.
+        let verifiable = !self.devs.is_empty()
+            && match &by_cid {
+                Some(p) => {
+                    self.place(&p.cmd, p.lba_size).is_some() || self.learnable(&p.cmd, p.lba_size)
                 }
-            }
+                None => true,
+            };
+        if !verifiable {
+            // The cid is all there is.
             match by_cid {
                 Some(p) => out(self.finish_one((p, Some((t, *done))))),
                 None => self.tracker.unmatched(t, done),
@@ -334,14 +373,14 @@ impl Correlator for NvmeCorrelator {
             HostEvent::Nvme(NvmeEvent::Cmd(c)) => self.on_cmd(ev.time, c, out),
             HostEvent::Nvme(NvmeEvent::Done(d)) => self.on_done(ev.time, ev.cpu, d, out),
             // A multipath path's completions, once its number is known; until then
-            // they teach it.
+            // they teach it. A path not learned yet still ends what this CPU holds, as
+            // a known disk's completion does: it settles by its cid at the next one.
             HostEvent::Block(b) if b.kind == BlockKind::Complete && !self.devs.contains(&b.dev) => {
-                if self.path_devs.contains(&b.dev) {
-                    if !b.ends_flush() {
-                        self.on_block_complete(ev.cpu, b, out);
-                    }
-                } else {
-                    self.learn_path(ev.cpu, b);
+                if b.ends_flush() {
+                } else if self.path_devs.contains(&b.dev) || self.learn_path(ev.cpu, b) {
+                    self.on_block_complete(ev.cpu, b, out);
+                } else if let Some((queue, batch_seen)) = self.held.get_mut(ev.cpu as usize) {
+                    *batch_seen |= !queue.is_empty();
                 }
             }
             HostEvent::Block(b) if self.devs.contains(&b.dev) => match b.kind {

@@ -205,6 +205,41 @@ fn a_wrong_cid_is_corrected_by_the_block_completion() {
     );
 }
 
+/// The multipath head `nvme1n1` (the one disk sysfs numbers) and its hidden path
+/// `nvme1c1n1`'s number, which only block events carry.
+const HEAD: u32 = NVME_DEV | 1;
+const PATH: u32 = NVME_DEV | 5;
+
+fn multipath_config() -> NvmeConfig {
+    NvmeConfig {
+        lba_sizes: [("nvme1c1n1".to_string(), 512)].into(),
+        disk_devs: [("nvme1n1".to_string(), HEAD)].into(),
+        ..Default::default()
+    }
+}
+
+/// A 128 KiB write's bio, queued on the head.
+fn head_bio(f: &Formats, sector: u64) -> Vec<u8> {
+    RecordBuilder::new(&f.bio)
+        .int("dev", HEAD as u64)
+        .int("sector", sector)
+        .int("nr_sector", 256)
+        .bytes("rwbs", b"WS")
+        .build()
+}
+
+/// A request's block completion on disk `dev`.
+fn rq_done_on(f: &Formats, dev: u32, sector: u64, nr_sector: u64) -> Vec<u8> {
+    RecordBuilder::new(&f.complete)
+        .int("dev", dev as u64)
+        .int("sector", sector)
+        .int("nr_sector", nr_sector)
+        .int("error", 0)
+        .bytes("rwbs", b"WS")
+        .dynamic("cmd", b"\0")
+        .build()
+}
+
 /// NVMe native multipath: commands run on a hidden path disk (`nvme1c1n1`) whose
 /// device number sysfs does not give, and their bios are queued on the namespace head
 /// (`nvme1n1`). The bio is joined through the head; the path's number is learned from
@@ -212,30 +247,9 @@ fn a_wrong_cid_is_corrected_by_the_block_completion() {
 #[test]
 fn multipath_paths_join_their_heads_bios_and_learn_their_number() {
     let f = formats();
-    let (head, path) = (NVME_DEV | 1, NVME_DEV | 5);
-    let cfg = NvmeConfig {
-        lba_sizes: [("nvme1c1n1".to_string(), 512)].into(),
-        disk_devs: [("nvme1n1".to_string(), head)].into(),
-        ..Default::default()
-    };
-    let bio = |sector: u64| {
-        RecordBuilder::new(&f.bio)
-            .int("dev", head as u64)
-            .int("sector", sector)
-            .int("nr_sector", 256)
-            .bytes("rwbs", b"WS")
-            .build()
-    };
-    let rq_done = |sector: u64| {
-        RecordBuilder::new(&f.complete)
-            .int("dev", path as u64)
-            .int("sector", sector)
-            .int("nr_sector", 256)
-            .int("error", 0)
-            .bytes("rwbs", b"WS")
-            .dynamic("cmd", b"\0")
-            .build()
-    };
+    let cfg = multipath_config();
+    let bio = |sector: u64| head_bio(&f, sector);
+    let rq_done = |sector: u64| rq_done_on(&f, PATH, sector, 256);
     let w = |slba| rw_dwords(slba, 256);
     let d = b"nvme1c1n1";
     let (r, c) = run_on(
@@ -282,6 +296,98 @@ fn multipath_paths_join_their_heads_bios_and_learn_their_number() {
         ],
         "each command with its bio's time on the head"
     );
+}
+
+#[test]
+fn a_path_is_learned_from_its_commands_when_the_first_completions_carry_wrong_cids() {
+    // R2T writes only (6.1 NVMe/TCP): no completion names its own command before the
+    // path's number is known, so the number is learned from the command in flight at
+    // the block completion's sector, not from the cid.
+    let f = formats();
+    let cfg = multipath_config();
+    let bio = |sector: u64| head_bio(&f, sector);
+    let rq_done = |sector: u64| rq_done_on(&f, PATH, sector, 256);
+    let w = |slba| rw_dwords(slba, 256);
+    let d = b"nvme1c1n1";
+    let (r, c) = run_on(
+        &f,
+        cfg,
+        &[
+            (5, 0, bio(0)),
+            (10, 0, cmd_raw(&f.setup, (1, 1, 0x2029), 0x01, 1, &w(0), d)),
+            (105, 1, bio(4096)),
+            (
+                110,
+                1,
+                cmd_raw(&f.setup, (1, 1, 0x0005), 0x01, 1, &w(4096), d),
+            ),
+            // Names the other command in flight; the block completion at 0 says whose
+            // it is, and teaches the path's number.
+            (200, 0, done_raw(&f.done, 1, 1, 0x0005, 0, d)),
+            (201, 0, rq_done(0)),
+            // Names no command at all.
+            (300, 1, done_raw(&f.done, 1, 1, 0x7777, 0, d)),
+            (301, 1, rq_done(4096)),
+        ],
+    );
+    assert_eq!(c, Counters::default(), "nothing unmatched or given up");
+    let got: Vec<(u16, Option<u64>, Option<u64>, u64)> = r
+        .iter()
+        .map(|r| {
+            (
+                r.core.cid,
+                r.core.slba,
+                r.block_ns,
+                r.core.cmd_ns.unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0x2029, Some(0), Some(5), 190),
+            (0x0005, Some(4096), Some(105), 190)
+        ],
+        "each write with its own completion and its bio's time on the head"
+    );
+}
+
+#[test]
+fn a_path_that_cannot_be_learned_settles_by_cid() {
+    // Two paths not learned yet with a command each at the same sector: a block
+    // completion there cannot say whose number it carries. Nothing is learned, and what
+    // the CPU holds goes out by its cid at the next completion, as after any batch.
+    let f = formats();
+    let cfg = NvmeConfig {
+        lba_sizes: [
+            ("nvme1c1n1".to_string(), 512),
+            ("nvme2c2n1".to_string(), 512),
+        ]
+        .into(),
+        disk_devs: [("nvme1n1".to_string(), NVME_DEV | 1)].into(),
+        ..Default::default()
+    };
+    let rq_done = |dev: u32, sector: u64| rq_done_on(&f, dev, sector, 8);
+    let rd = rw_dwords(64, 8);
+    let (a, b) = (b"nvme1c1n1", b"nvme2c2n1");
+    let (r, c) = run_on(
+        &f,
+        cfg,
+        &[
+            (10, 0, cmd_raw(&f.setup, (1, 1, 7), 0x02, 1, &rd, a)),
+            (20, 0, cmd_raw(&f.setup, (2, 1, 9), 0x02, 1, &rd, b)),
+            (100, 0, done_raw(&f.done, 1, 1, 7, 0, a)),
+            (101, 0, rq_done(NVME_DEV | 5, 64)),
+            (200, 0, done_raw(&f.done, 2, 1, 9, 0, b)),
+            (201, 0, rq_done(NVME_DEV | 6, 64)),
+        ],
+    );
+    assert_eq!(c, Counters::default(), "nothing unmatched or given up");
+    let got: Vec<(u16, u64)> = r
+        .iter()
+        .map(|r| (r.core.cid, r.core.cmd_ns.unwrap_or(0)))
+        .collect();
+    assert_eq!(got, [(7, 90), (9, 180)], "each by its cid");
 }
 
 #[test]

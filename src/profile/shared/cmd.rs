@@ -457,6 +457,11 @@ impl CmdTracker {
         p
     }
 
+    /// Visit every command in flight.
+    pub(crate) fn for_each_pending(&self, mut f: impl FnMut(&Pending)) {
+        self.pending.for_each(|_, p| f(p));
+    }
+
     /// Put back a command taken by a completion that turned out not to be its own.
     /// Returns the commands given up to make room (to bound memory), counted
     /// `incomplete`, for the caller to write.

@@ -10,11 +10,11 @@
 #   qd8.csv, .err, fio-qd8.json the same of 4k randwrite, libaio QD8, 2 jobs
 #   block-head.err, .status     record --profile block -d HEAD (refused: exit status)
 #   nvme.csv, .err, fio-nvme.json  record --profile nvme of 4k randread, psync
-#   nvme-w.csv, .err, fio-nvme-w-{r,w}.json  record --profile nvme of 20 4k reads, then
-#                               NIOS 128k writes (psync): on 6.1 NVMe/TCP a write that
+#   nvme-w.csv, .err, fio-nvme-w.json  record --profile nvme of NIOS 128k writes
+#                               (psync) and nothing else: on 6.1 NVMe/TCP a write that
 #                               needs an R2T completes with a wrong cid, which the
-#                               path's block completion corrects once its number is
-#                               learned (from the reads)
+#                               path's block completion corrects once the path's number
+#                               is learned (from the command in flight at its sector)
 #   bio.err, .status            record --profile bio (no other bio-based disk: refused)
 set -eu
 BIN=${1:?usage: multipath.sh NTPROF_PERF_BIN [NIOS]}
@@ -36,13 +36,7 @@ fio_run qd1 nvme-tcp --rw=randread --ioengine=psync --number_ios="$NIOS"
 fio_run qd8 nvme-tcp --rw=randwrite --ioengine=libaio --iodepth=8 --numjobs=2 \
     --cpus_allowed=0-1 --cpus_allowed_policy=split --offset_increment=64m --number_ios="$NIOS"
 fio_run nvme nvme --rw=randread --ioengine=psync --number_ios="$NIOS"
-"$BIN" record -p nvme -o "$O/nvme-w.csv" -- sh -c "
-    fio --name=r --filename=$DEV --direct=1 --bs=4k --size=64m --rw=randread --ioengine=psync \
-        --number_ios=20 --output-format=json --output=$O/fio-nvme-w-r.json &&
-    fio --name=w --filename=$DEV --direct=1 --bs=128k --size=64m --rw=randwrite --ioengine=psync \
-        --number_ios=$NIOS --output-format=json --output=$O/fio-nvme-w-w.json" 2> "$O/nvme-w.err" ||
-    { cat "$O/nvme-w.err"; exit 1; }
-tail -1 "$O/nvme-w.err"
+fio_run nvme-w nvme --rw=randwrite --bs=128k --ioengine=psync --number_ios="$NIOS"
 status=0
 "$BIN" record -p block -d "$DEV" -o "$O/block-head.csv" -- true 2> "$O/block-head.err" || status=$?
 echo "$status" > "$O/block-head.status"
