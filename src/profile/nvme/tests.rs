@@ -258,7 +258,7 @@ fn multipath_paths_join_their_heads_bios_and_learn_their_number() {
         &[
             (5, 0, bio(0)),
             (10, 0, cmd_raw(&f.setup, (1, 1, 0x2029), 0x01, 1, &w(0), d)),
-            // Out by its cid (the path's number not known yet); its block completion
+            // Held for its block completion (the path's number not known yet), which
             // teaches it.
             (100, 0, done_raw(&f.done, 1, 1, 0x2029, 0, d)),
             (101, 0, rq_done(0)),
