@@ -429,13 +429,16 @@ fn data_section(d: &[u8]) -> (usize, usize) {
 /// sample the kernel counted and never wrote makes its I/O `incomplete` (a perf.data
 /// cannot say), one lost to a full ring `dropped` (perf's LOST record says so), and perf
 /// has written a sample the tracepoint never fired (see the first test): a few rows in
-/// thousands may be off, no more.
+/// thousands may be off, no more. Samples perf lost to a full ring (the exit line's
+/// `lost`, from its LOST records; perf's reader starved of CPU by a busy host) each take
+/// at most one I/O with them, its row gone or `dropped`.
 fn every_write(rows: &[Row], n: u64, why: &str) {
     const SLACK: u64 = 16;
+    let lost = common::exit_count(why, "lost");
     let (ok, off): (Vec<_>, Vec<_>) = rows.iter().partition(|r| r["status"] == "ok");
     let what = format!("{} rows, {} not ok: {off:?}\n{why}", rows.len(), off.len());
     assert!(
-        ok.len() as u64 + SLACK >= n && off.len() as u64 <= SLACK,
+        ok.len() as u64 + lost + SLACK >= n && off.len() as u64 <= lost + SLACK,
         "{what}"
     );
     let mut sectors: Vec<u64> = ok.iter().map(|r| num(r, "sector")).collect();
@@ -475,7 +478,9 @@ fn a_compressed_capture_imports_every_io() {
     }
     let l = LoopDev::new("import-zstd", 32);
     l.scheduler("mq-deadline");
-    let line = perf_line(&l).replacen("perf record", "perf record -z", 1);
+    // -m 2048: perf compresses as it reads, and with its default rings a busy host
+    // starved it into LOST records (3,403 samples of 24,000 once in a soak).
+    let line = perf_line(&l).replacen("perf record", "perf record -z -m 2048", 1);
     let data = tmp("import-zstd.data");
     let csv = tmp("import-zstd.csv");
     // 8,000 writes of 4 KiB, one after the other over the whole device: 24,000 samples
@@ -554,6 +559,10 @@ fn a_directory_capture_imports_as_its_merge_does() {
     let work = format!("sh -c '{} & {}; wait'", dd(0), dd(n / 2));
     for z in ["", " -z"] {
         clean();
+        // Not with -m 2048 as `a_compressed_capture_imports_every_io`: perf's
+        // `--threads -z` then left samples out of its files now and then without a
+        // LOST record (3 runs of 7 in the test, 344 of 8,000 I/Os in one; by hand, 835
+        // of 24,000 samples once in 6 runs, `perf script` counting the same as import).
         let line = perf_line(&l).replacen("perf record", &format!("perf record --threads{z}"), 1);
         run_ok(
             Command::new("sh")

@@ -93,14 +93,17 @@ fn online_cpus() -> Vec<u32> {
     ntprof_perf::perf::online_cpus().expect("online CPU list")
 }
 
-/// `name N` on the exit line; counters the line leaves out when zero (`late`,
-/// `bad-records`) read as 0.
+/// `name N` among the exit line's counters (from `samples` on: before it, the rows per
+/// status, `(ok N, dropped N)`, name some of the same words); counters the line leaves
+/// out when zero (`late`, `bad-records`) read as 0.
 fn counter(line: &str, name: &str) -> u64 {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    words
-        .windows(2)
-        .find(|w| w[0] == name)
-        .map_or(0, |w| w[1].trim_end_matches([';', ',']).parse().unwrap())
+    let counters = &line[line.find("samples ").unwrap_or(0)..];
+    let words: Vec<&str> = counters.split_whitespace().collect();
+    words.windows(2).find(|w| w[0] == name).map_or(0, |w| {
+        w[1].trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap_or_else(|e| panic!("{name} {}: {e}: {line}", w[1]))
+    })
 }
 
 fn exit_line(stderr: &str) -> &str {
