@@ -478,9 +478,11 @@ fn a_compressed_capture_imports_every_io() {
     }
     let l = LoopDev::new("import-zstd", 32);
     l.scheduler("mq-deadline");
-    // -m 2048: perf compresses as it reads, and with its default rings a busy host
-    // starved it into LOST records (3,403 samples of 24,000 once in a soak).
-    let line = perf_line(&l).replacen("perf record", "perf record -z -m 2048", 1);
+    // perf's default rings: a busy host can starve perf, compressing as it reads, into
+    // LOST records (3,403 samples of 24,000 once in a soak), which `every_write` allows
+    // for. Larger rings (-m 2048) made it worse: perf -z then left samples out of its
+    // file without a LOST record (951 of 24,000 in CI, `perf script` agreeing).
+    let line = perf_line(&l).replacen("perf record", "perf record -z", 1);
     let data = tmp("import-zstd.data");
     let csv = tmp("import-zstd.csv");
     // 8,000 writes of 4 KiB, one after the other over the whole device: 24,000 samples
@@ -559,10 +561,10 @@ fn a_directory_capture_imports_as_its_merge_does() {
     let work = format!("sh -c '{} & {}; wait'", dd(0), dd(n / 2));
     for z in ["", " -z"] {
         clean();
-        // Not with -m 2048 as `a_compressed_capture_imports_every_io`: perf's
-        // `--threads -z` then left samples out of its files now and then without a
-        // LOST record (3 runs of 7 in the test, 344 of 8,000 I/Os in one; by hand, 835
-        // of 24,000 samples once in 6 runs, `perf script` counting the same as import).
+        // perf's default rings, as in `a_compressed_capture_imports_every_io`: with -m
+        // 2048, `--threads -z` left samples out of its files now and then without a
+        // LOST record (3 runs of 7 in the test; by hand, 835 of 24,000 samples once in
+        // 6 runs, `perf script` counting the same as import).
         let line = perf_line(&l).replacen("perf record", &format!("perf record --threads{z}"), 1);
         run_ok(
             Command::new("sh")
